@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the build dependencies (Debian 12 package names) and builds diskformer into build/.
+# Usage: scripts/setup.sh [extra cmake args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(cmake ninja-build g++ clang pkg-config git
+      libgtest-dev nlohmann-json3-dev libpcre2-dev libcli11-dev libfmt-dev
+      libcpp-httplib-dev libcurl4-openssl-dev libssl-dev nodejs npm)
+missing=()
+for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build build

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every test: the release build's unit + golden tests, the unit tests again under
+# ASan+UBSan, and a bounded fuzz run of the GGUF reader. Usage: scripts/test.sh [--quick]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+
+scripts/setup.sh -DDF_WERROR=ON >/dev/null
+echo "== release tests"
+ctest --test-dir build --output-on-failure -j "$JOBS" -LE cuda
+if command -v nvidia-smi >/dev/null 2>&1 && [ -x build/tests/test_cuda ]; then
+  ctest --test-dir build --output-on-failure -L cuda
+else
+  echo "== cuda tests: skipped (no GPU on this machine)"
+fi
+[ "${1:-}" = "--quick" ] && exit 0
+
+echo "== ASan+UBSan tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDF_SANITIZE=ON -DDF_CUDA=OFF \
+      -DDF_WERROR=ON >/dev/null
+cmake --build build-asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE 'cuda|slow'
+
+echo "== fuzz: GGUF reader (60 s)"
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDF_FUZZ=ON -DDF_TESTS=OFF \
+      -DDF_CUDA=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+cmake --build build-fuzz --target fuzz_gguf
+fuzz/run.sh build-fuzz/fuzz/fuzz_gguf 60

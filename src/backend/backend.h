@@ -1,0 +1,165 @@
+// The Backend interface: buffers plus the ops a layer program is written against.
+//
+// A layer program (src/model) is written once against this interface and serves both a chunk of
+// T prompt tokens and a one-token step. The CPU backend runs each op directly; the CUDA backend
+// records it on a stream (and captures decode once as a graph), so:
+//   * every pointer argument is backend memory (host memory for cpu, device memory for cuda);
+//   * token ids and positions are read from backend memory (Step::tokens / Step::pos), never passed
+//     by value, so a captured graph replays unchanged for the next token;
+//   * an op never returns data to the host except through download().
+// All activations are f32 and row-major with one row per token (contiguous, no padding) unless an
+// argument says otherwise. Contracts on each op name shapes and what may alias.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "quant/types.h"
+
+namespace df {
+
+// What an allocation is for (memory accounting in Stats and bench).
+enum class MemKind : uint8_t { weights, kv, state, scratch, count_ };
+
+enum class KvType : uint8_t { f32, f16 };
+
+// A weight matrix as the backend holds it: `rows` outputs, each a row of `cols` inputs stored as
+// `cols / block_elems` consecutive blocks of `type` (ggml layout, unless the backend repacked it;
+// `data` is then only meaningful to that backend).
+struct Weight {
+    quant::Type type = quant::Type::F32;
+    int64_t cols = 0;
+    int64_t rows = 0;
+    const void* data = nullptr;
+    size_t bytes = 0;
+    size_t row_stride = 0;  // bytes between rows as held by the backend
+};
+
+// The tokens of one forward call. tokens[T] and pos[T] live in backend memory.
+struct Step {
+    int T = 0;                      // tokens in this call (1 for decode)
+    const int32_t* tokens = nullptr;
+    const int32_t* pos = nullptr;   // absolute position of each token (consecutive, ascending)
+    int pos0_hint = 0;              // host copy of pos[0]; may be stale inside a replayed graph
+    int max_ctx = 0;                // context capacity (KV rows) of the session
+};
+
+// Geometry of one causal attention call over a KV cache.
+struct AttnShape {
+    int heads = 0;         // query heads
+    int kv_heads = 0;      // heads % kv_heads == 0 (GQA)
+    int head_dim = 0;
+    int q_stride = 0;      // floats between consecutive query heads inside a token's row
+    int q_row = 0;         // floats between tokens in the query buffer
+    float scale = 0.f;     // softmax scale, 1/sqrt(head_dim)
+};
+
+// Geometry of a Gated DeltaNet layer (value head j uses key head j % k_heads).
+struct GdnShape {
+    int k_heads = 0;       // Hk
+    int v_heads = 0;       // Hv
+    int head_dim = 0;      // Dk = Dv (ssm.state_size)
+    int conv_kernel = 4;   // taps, including the current token
+    int channels() const { return (2 * k_heads + v_heads) * head_dim; }
+};
+
+// RoPE (NeoX pairing (i, i + n_rot/2) over the first n_rot dims of each head).
+struct RopeShape {
+    int n_rot = 0;
+    float base = 10000.f;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual std::string name() const = 0;
+
+    // ---- memory ------------------------------------------------------------------------------
+    virtual void* alloc(size_t bytes, MemKind kind) = 0;   // zero-filled; throws on failure
+    virtual void release(void* p) = 0;
+    virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+    virtual void download(void* dst, const void* src, size_t bytes) = 0;
+    virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // backend to backend
+    virtual void zero(void* dst, size_t bytes) = 0;
+    virtual void synchronize() {}
+    // Makes a weight usable by the ops. host points into the mapped GGUF and stays valid for the
+    // model's lifetime (the CPU backend uses it in place; CUDA copies it).
+    virtual Weight load_weight(quant::Type type, int64_t cols, int64_t rows, const void* host,
+                               size_t bytes) = 0;
+    virtual size_t bytes_in_use(MemKind kind) const = 0;
+    virtual size_t peak_bytes(MemKind kind) const = 0;
+
+    // ---- ops -------------------------------------------------------------------------------
+    // out[t] = dequant(w row tokens[t]); out [T, w.cols].
+    virtual void embed(const Weight& w, const Step& s, float* out) = 0;
+
+    // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for rows r < n_rows of n floats with row
+    // strides in floats. weight [n] (may be null: no scaling). out may alias x.
+    virtual void rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n,
+                         float eps, float* out, int64_t out_stride) = 0;
+
+    // out[t, r] = sum_c W[r, c] * x[t, c]  (+ out[t, r] when accumulate).
+    // x [T, w.cols], out [T, w.rows]; x must not alias out.
+    virtual void matmul(const Weight& w, const float* x, int T, float* out, bool accumulate = false) = 0;
+
+    // out[t, j] = silu(gate[t, j]) * up[t, j] with gate = Wg x, up = Wu x; out [T, wg.rows].
+    // Default: two matmuls and swiglu through scratch supplied by the caller.
+    virtual void ffn_gate_up(const Weight& wg, const Weight& wu, const float* x, int T, float* out,
+                             float* scratch) = 0;
+
+    // In place on T tokens of `heads` heads of head_dim floats, head h of token t at
+    // x + t*row + h*head_stride: x = rmsnorm(x) * norm_w (norm_w [head_dim], may be null),
+    // then NeoX RoPE at position s.pos[t] over the first rope.n_rot dims.
+    virtual void head_norm_rope(float* x, int heads, int head_dim, int head_stride, int row,
+                                const float* norm_w, float eps, const RopeShape& rope,
+                                const Step& s) = 0;
+
+    // Stores k, v ([T, kv_heads*head_dim] each) at rows s.pos[t] of this layer's cache
+    // ([max_ctx, kv_heads*head_dim] of kv type each).
+    virtual void kv_store(const float* k, const float* v, void* k_cache, void* v_cache, KvType kt,
+                          int kv_dim, const Step& s) = 0;
+
+    // Causal GQA attention of T queries (token t attends cache rows 0..s.pos[t]) with online
+    // softmax; out [T, heads*head_dim]. q laid out by AttnShape strides.
+    virtual void attention(const float* q, const void* k_cache, const void* v_cache, KvType kt,
+                           const AttnShape& a, const Step& s, float* out) = 0;
+
+    // x[t, i] *= sigmoid(gate[t*gate_row + (i / width) * gate_stride + i % width]) for i < n.
+    virtual void sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride,
+                             int gate_row, int T) = 0;
+
+    // Causal depthwise conv over T tokens of C channels with a carried state of the previous
+    // (taps - 1) inputs ([taps-1, C], oldest first), then SiLU. w [C, taps] (tap taps-1 multiplies
+    // the current token). In place on x [T, C]; the state is updated.
+    virtual void gdn_conv(float* x, int T, const GdnShape& g, const float* w, float* conv_state) = 0;
+
+    // The gated delta rule over T tokens. qkv [T, C] (after conv): q heads, then k heads, then v
+    // heads. alpha/beta [T, Hv] are the raw projections; g = softplus(alpha + dt_bias) * a_neg,
+    // beta = sigmoid(beta). q, k are L2-normalised (eps) inside. state [Hv, Dv, Dk] f32 (value
+    // column c of head j is a contiguous run over the key index). out [T, Hv*Dv] (scaled by
+    // 1/sqrt(Dk)).
+    virtual void gdn_delta(const float* qkv, const float* alpha, const float* beta,
+                           const float* dt_bias, const float* a_neg, int T, const GdnShape& g,
+                           float eps, float* state, float* out) = 0;
+
+    // out[t, j, :] = rmsnorm(x[t, j, :]) * w * silu(z[t, j, :]) per head j of n floats.
+    // x, z, out [T, heads*n]; out may alias x.
+    virtual void gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads,
+                               int n, float eps, float* out) = 0;
+
+    // y[i] += x[i] for i < n.
+    virtual void add(float* y, const float* x, int64_t n) = 0;
+
+    // out[t] = argmax over x[t, 0..n) (lowest index wins ties).
+    virtual void argmax(const float* x, int T, int n, int32_t* out) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);  // 0: one per core
+#ifdef DF_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+bool cuda_device_available();
+#endif
+
+}  // namespace df
