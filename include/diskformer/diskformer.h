@@ -1,0 +1,120 @@
+// diskformer public API: load a GGUF model, run sessions over it.
+//
+//   auto model = diskformer::Model::load("model.gguf");
+//   diskformer::Session s(model, {.ctx = 4096});
+//   s.append(model->tokenize("Hello"));
+//   int32_t next = s.argmax();
+//
+// Recoverable problems (bad file, unsupported model, prompt past the context) throw
+// diskformer::Error with a message a user can act on.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace diskformer {
+
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+enum class BackendKind { automatic, cpu, cuda };
+enum class KvType { f16, f32 };
+
+struct ModelOptions {
+    BackendKind backend = BackendKind::automatic;  // cuda when a GPU is present
+    int threads = 0;                               // CPU threads; 0 = one per core
+    int device = 0;                                // CUDA device
+};
+
+struct ModelInfo {
+    std::string arch;
+    std::string name;
+    std::string backend;      // "cpu" or "cuda"
+    int n_layer = 0;
+    int n_embd = 0;
+    int n_vocab = 0;
+    int n_ctx_train = 0;
+    size_t weight_bytes = 0;  // as held by the backend
+    double load_ms = 0;
+};
+
+class Model {
+public:
+    static std::shared_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
+    ~Model();
+    const ModelInfo& info() const;
+
+    // Tokenizer of the file (throws Error if the file has none).
+    std::vector<int32_t> tokenize(std::string_view text, bool parse_special = false) const;
+    std::string detokenize(std::span<const int32_t> ids) const;
+
+    struct Impl;
+    Impl& impl() const { return *impl_; }
+
+private:
+    explicit Model(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+struct SessionOptions {
+    int ctx = 4096;            // KV capacity in tokens (clamped to the model's training context)
+    int chunk = 256;           // prompt tokens per forward pass
+    KvType kv_type = KvType::f16;
+};
+
+struct Stats {
+    size_t weight_bytes = 0, kv_bytes = 0, state_bytes = 0, scratch_bytes = 0;
+    int64_t prompt_tokens = 0;   // tokens evaluated in prompt passes (T > 1 or append)
+    int64_t reused_tokens = 0;   // tokens taken from the cache by the last set_prompt
+    int64_t decode_tokens = 0;   // tokens evaluated by step()
+    double prefill_ms = 0, decode_ms = 0;
+    double prefill_tok_s() const { return prefill_ms > 0 ? prompt_tokens * 1e3 / prefill_ms : 0; }
+    double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1e3 / decode_ms : 0; }
+    double ms_per_token() const { return decode_tokens ? decode_ms / decode_tokens : 0; }
+};
+
+class Session {
+public:
+    explicit Session(std::shared_ptr<Model> model, const SessionOptions& options = {});
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // Evaluates tokens after the cached ones, in chunks. When all_logits is given it receives
+    // the logits of every one of these positions ([tokens.size(), n_vocab], row-major).
+    // Throws Error when the context would overflow (naming the limit).
+    void append(std::span<const int32_t> tokens, float* all_logits = nullptr);
+
+    // Makes the cache hold exactly `prompt`, reusing the longest cached prefix where the model
+    // allows it (attention-only models rewind; hybrid models extend or restart). Returns the
+    // number of reused tokens. At least one token is always evaluated so logits are fresh.
+    int set_prompt(std::span<const int32_t> prompt);
+
+    // Appends one token and returns the argmax of the next-token logits.
+    int32_t step(int32_t token);
+
+    int32_t argmax() const;                  // of the last evaluated position
+    std::vector<float> logits() const;       // of the last evaluated position
+    void reset();
+
+    int n_ctx() const;
+    int n_cached() const;
+    const std::vector<int32_t>& tokens() const;
+    Stats stats() const;
+    void reset_stats();
+    const Model& model() const;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace diskformer

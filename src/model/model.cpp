@@ -1,0 +1,129 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "model/arch.h"
+
+namespace df::model {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    std::ostringstream o;
+    o << '[';
+    for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+    o << ']';
+    return o.str();
+}
+
+[[noreturn]] void tensor_error(const std::string& name, const std::string& what) {
+    throw gguf::Error("model: tensor '" + name + "': " + what);
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Backend> backend) {
+    std::unique_ptr<Model> m(new Model());
+    m->file_ = gguf::File::open(path);
+    m->backend_ = std::move(backend);
+    m->config_ = ModelConfig::from_gguf(*m->file_);
+    const ModelConfig& c = m->config_;
+    const ArchEntry* arch = find_arch(c.arch);
+    if (!arch) throw gguf::Error("model: architecture '" + c.arch + "' has no layer program");
+    if (c.n_vocab <= 0) throw gguf::Error("model: tensor 'token_embd.weight' is missing");
+    // The SIMD and CUDA kernels work on head rows in units of 8 floats.
+    if (c.head_dim % 8) throw gguf::Error("model: key '" + c.arch + ".attention.key_length' must be a multiple of 8, got " + std::to_string(c.head_dim));
+    if (c.n_recurrent() && c.ssm_state % 8)
+        throw gguf::Error("model: key '" + c.arch + ".ssm.state_size' must be a multiple of 8, got " + std::to_string(c.ssm_state));
+
+    arch->visit(c, m->weights_, [&](const TensorSpec& spec) {
+        const gguf::TensorInfo* t = m->file_->find_tensor(spec.name);
+        if (!t) {
+            if (spec.optional) return;
+            tensor_error(spec.name, "missing (expected shape " + shape_str(spec.shape) + ")");
+        }
+        if (t->shape != spec.shape)
+            tensor_error(spec.name, "expected shape " + shape_str(spec.shape) + ", found " + shape_str(t->shape));
+        if (spec.kind == TensorKind::f32 && t->type != quant::Type::F32)
+            tensor_error(spec.name, "expected type F32, found " + std::string(quant::type_name(t->type)));
+        const int64_t cols = t->shape[0];
+        const int64_t rows = t->shape.size() > 1 ? t->shape[1] : 1;
+        *spec.slot = m->backend_->load_weight(t->type, cols, rows, t->data, t->bytes);
+        m->weight_bytes_ += t->bytes;
+    });
+    arch->fixup(c, m->weights_);
+    m->backend_->synchronize();
+    return m;
+}
+
+std::unique_ptr<State> Model::new_state(int ctx, int chunk, KvType kv_type, bool all_logits) const {
+    const ModelConfig& c = config_;
+    auto st = std::make_unique<State>();
+    st->ctx = ctx;
+    st->chunk = chunk;
+    st->kv_type = kv_type;
+    st->all_logits = all_logits;
+    Backend& be = *backend_;
+    auto take = [&](size_t bytes, MemKind kind) {
+        void* p = be.alloc(bytes, kind);
+        st->owned.push_back(p);
+        (kind == MemKind::kv ? st->kv_bytes : kind == MemKind::state ? st->state_bytes : st->scratch_bytes) += bytes;
+        return p;
+    };
+    const size_t kv_elem = kv_type == KvType::f16 ? 2 : 4;
+    st->k_cache.assign(c.n_layer, nullptr);
+    st->v_cache.assign(c.n_layer, nullptr);
+    st->conv_state.assign(c.n_layer, nullptr);
+    st->ssm_state.assign(c.n_layer, nullptr);
+    for (int i = 0; i < c.n_layer; ++i) {
+        if (c.recurrent[i]) {
+            st->conv_state[i] = static_cast<float*>(take(sizeof(float) * (c.ssm_conv - 1) * c.ssm_channels(), MemKind::state));
+            st->ssm_state[i] = static_cast<float*>(take(sizeof(float) * c.ssm_v_heads * c.ssm_state * c.ssm_state, MemKind::state));
+        } else {
+            const size_t bytes = kv_elem * static_cast<size_t>(ctx) * c.kv_dim();
+            st->k_cache[i] = take(bytes, MemKind::kv);
+            st->v_cache[i] = take(bytes, MemKind::kv);
+        }
+    }
+    const size_t T = chunk;
+    const size_t E = c.n_embd;
+    const size_t q_rows = static_cast<size_t>(c.attn_gated ? 2 : 1) * c.q_dim();
+    const size_t big = std::max({static_cast<size_t>(c.n_ff), q_rows, static_cast<size_t>(c.ssm_channels())});
+    const size_t big2 = std::max(static_cast<size_t>(c.n_ff), static_cast<size_t>(c.ssm_inner));
+    const size_t small = std::max(static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.ssm_v_heads));
+    const size_t attn = std::max(static_cast<size_t>(c.q_dim()), static_cast<size_t>(c.ssm_inner));
+    auto f32 = [&](size_t n) { return static_cast<float*>(take(sizeof(float) * n, MemKind::scratch)); };
+    st->h = f32(T * E);
+    st->x = f32(T * E);
+    st->big = f32(T * big);
+    st->big2 = f32(T * big2);
+    st->small = f32(T * small);
+    st->small2 = f32(T * small);
+    st->attn = f32(T * attn);
+    st->logits = f32((all_logits ? T : 1) * static_cast<size_t>(c.n_vocab));
+    st->tokens = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
+    st->pos = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
+    st->argmax = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
+    return st;
+}
+
+void Model::free_state(State& st) const {
+    for (void* p : st.owned) backend_->release(p);
+    st.owned.clear();
+}
+
+void Model::reset_state(State& st) const {
+    const ModelConfig& c = config_;
+    for (int i = 0; i < c.n_layer; ++i) {
+        if (st.conv_state[i]) backend_->zero(st.conv_state[i], sizeof(float) * (c.ssm_conv - 1) * c.ssm_channels());
+        if (st.ssm_state[i]) backend_->zero(st.ssm_state[i], sizeof(float) * c.ssm_v_heads * c.ssm_state * c.ssm_state);
+    }
+}
+
+void Model::forward(State& st, const Step& s, Output out) const {
+    find_arch(config_.arch)->forward(*this, st, s, out);
+}
+
+}  // namespace df::model

@@ -1,0 +1,84 @@
+// A loaded model: config, weights on a backend, and the layer program of its architecture.
+//
+// Weights belong to the Model (loaded once, read-only, shared by sessions); KV cache, recurrent
+// state and scratch belong to a State that a session owns, so several sessions (or a drafter and
+// its target) can run over one Model.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+#include "model/config.h"
+
+namespace df::model {
+
+struct LayerWeights {
+    Weight attn_norm, ffn_norm;                  // ffn_norm: post_attention_norm in qwen35
+    Weight wq, wk, wv, wo, q_norm, k_norm;       // attention layers
+    Weight ssm_qkv, ssm_gate, ssm_alpha, ssm_beta, ssm_conv, ssm_dt_bias, ssm_a, ssm_norm, ssm_out;
+    Weight ffn_gate, ffn_up, ffn_down;
+};
+
+struct Weights {
+    Weight tok_embd, output_norm, output;        // output == tok_embd when tied
+    std::vector<LayerWeights> layers;
+};
+
+// What a forward pass leaves behind.
+enum class Output : uint8_t {
+    none,      // only the caches advance (a prompt chunk that is not the last)
+    last,      // logits (+ argmax) of the last token
+    all,       // logits (+ argmax) of every token of the step
+};
+
+// Per-session buffers on the backend, sized from the config, the context and the chunk size.
+struct State {
+    int ctx = 0;
+    int chunk = 0;
+    KvType kv_type = KvType::f16;
+    std::vector<void*> k_cache, v_cache;         // per layer; null for recurrent layers
+    std::vector<float*> conv_state, ssm_state;   // per layer; null for attention layers
+    int32_t* tokens = nullptr;                   // [chunk]
+    int32_t* pos = nullptr;                      // [chunk]
+    int32_t* argmax = nullptr;                   // [chunk]
+    float* logits = nullptr;                     // [chunk, n_vocab] when all_logits, else [1, n_vocab]
+    bool all_logits = false;
+    // scratch
+    float *h = nullptr, *x = nullptr, *big = nullptr, *big2 = nullptr, *small = nullptr,
+          *small2 = nullptr, *attn = nullptr;
+    std::vector<void*> owned;                    // everything above, for release
+    size_t kv_bytes = 0, state_bytes = 0, scratch_bytes = 0;
+};
+
+class Model {
+public:
+    // Opens, validates and loads the file onto the backend; throws gguf::Error on a bad file.
+    static std::unique_ptr<Model> load(const std::string& path, std::shared_ptr<Backend> backend);
+    ~Model();
+
+    const ModelConfig& config() const { return config_; }
+    const gguf::File& file() const { return *file_; }
+    Backend& backend() const { return *backend_; }
+    const Weights& weights() const { return weights_; }
+    size_t weight_bytes() const { return weight_bytes_; }
+
+    std::unique_ptr<State> new_state(int ctx, int chunk, KvType kv_type, bool all_logits) const;
+    void free_state(State& st) const;
+    void reset_state(State& st) const;  // zero the recurrent state (KV rows need no clearing)
+
+    // Runs T = s.T tokens (tokens/pos already in st.tokens/st.pos) through the network.
+    void forward(State& st, const Step& s, Output out) const;
+
+private:
+    Model() = default;
+    std::unique_ptr<gguf::File> file_;
+    std::shared_ptr<Backend> backend_;
+    ModelConfig config_;
+    Weights weights_;
+    size_t weight_bytes_ = 0;
+};
+
+}  // namespace df::model

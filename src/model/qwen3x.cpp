@@ -1,0 +1,129 @@
+// The Qwen3 family: `qwen35` (Gated DeltaNet + gated attention, 3:1) and `qwen3` (all
+// attention) share one layer program; qwen3 is the case with no recurrent layers and no
+// attention output gate. Math as llama.cpp runs it (reference/llamacpp.md §1.4, §2).
+#include <cmath>
+
+#include "model/arch.h"
+
+namespace df::model {
+namespace {
+
+std::string blk(int i, const char* name) { return "blk." + std::to_string(i) + "." + name; }
+
+void visit(const ModelConfig& c, Weights& w, const TensorVisitor& fn) {
+    const int64_t E = c.n_embd, V = c.n_vocab, F = c.n_ff, D = c.head_dim;
+    const bool q35 = c.arch == "qwen35";
+    fn({"token_embd.weight", {E, V}, TensorKind::matrix, false, &w.tok_embd});
+    fn({"output_norm.weight", {E}, TensorKind::f32, false, &w.output_norm});
+    fn({"output.weight", {E, V}, TensorKind::matrix, true, &w.output});
+    w.layers.resize(c.n_layer);
+    for (int i = 0; i < c.n_layer; ++i) {
+        LayerWeights& l = w.layers[i];
+        fn({blk(i, "attn_norm.weight"), {E}, TensorKind::f32, false, &l.attn_norm});
+        fn({blk(i, q35 ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, TensorKind::f32, false, &l.ffn_norm});
+        fn({blk(i, "ffn_gate.weight"), {E, F}, TensorKind::matrix, false, &l.ffn_gate});
+        fn({blk(i, "ffn_up.weight"), {E, F}, TensorKind::matrix, false, &l.ffn_up});
+        fn({blk(i, "ffn_down.weight"), {F, E}, TensorKind::matrix, false, &l.ffn_down});
+        if (c.recurrent[i]) {
+            const int64_t Dk = c.ssm_state, Hv = c.ssm_v_heads, C = c.ssm_channels();
+            fn({blk(i, "attn_qkv.weight"), {E, C}, TensorKind::matrix, false, &l.ssm_qkv});
+            fn({blk(i, "attn_gate.weight"), {E, Hv * Dk}, TensorKind::matrix, false, &l.ssm_gate});
+            fn({blk(i, "ssm_alpha.weight"), {E, Hv}, TensorKind::matrix, false, &l.ssm_alpha});
+            fn({blk(i, "ssm_beta.weight"), {E, Hv}, TensorKind::matrix, false, &l.ssm_beta});
+            fn({blk(i, "ssm_conv1d.weight"), {c.ssm_conv, C}, TensorKind::f32, false, &l.ssm_conv});
+            fn({blk(i, "ssm_dt.bias"), {Hv}, TensorKind::f32, false, &l.ssm_dt_bias});
+            fn({blk(i, "ssm_a"), {Hv}, TensorKind::f32, false, &l.ssm_a});
+            fn({blk(i, "ssm_norm.weight"), {Dk}, TensorKind::f32, false, &l.ssm_norm});
+            fn({blk(i, "ssm_out.weight"), {Hv * Dk, E}, TensorKind::matrix, false, &l.ssm_out});
+        } else {
+            const int64_t q_rows = (c.attn_gated ? 2 : 1) * c.n_head * D;
+            fn({blk(i, "attn_q.weight"), {E, q_rows}, TensorKind::matrix, false, &l.wq});
+            fn({blk(i, "attn_k.weight"), {E, c.n_head_kv * D}, TensorKind::matrix, false, &l.wk});
+            fn({blk(i, "attn_v.weight"), {E, c.n_head_kv * D}, TensorKind::matrix, false, &l.wv});
+            fn({blk(i, "attn_output.weight"), {c.n_head * D, E}, TensorKind::matrix, false, &l.wo});
+            fn({blk(i, "attn_q_norm.weight"), {D}, TensorKind::f32, false, &l.q_norm});
+            fn({blk(i, "attn_k_norm.weight"), {D}, TensorKind::f32, false, &l.k_norm});
+        }
+    }
+}
+
+void fixup(const ModelConfig&, Weights& w) {
+    if (!w.output.data) w.output = w.tok_embd;  // tied LM head
+}
+
+const float* f(const Weight& w) { return static_cast<const float*>(w.data); }
+
+void attention_block(const Model& m, const LayerWeights& l, int il, State& st, const Step& s) {
+    const ModelConfig& c = m.config();
+    Backend& be = m.backend();
+    const int T = s.T, D = c.head_dim, Hq = c.n_head, Hkv = c.n_head_kv;
+    const int q_stride = c.attn_gated ? 2 * D : D;  // attn_q rows: [query | gate] per head
+    const int q_row = Hq * q_stride;
+    float* qg = st.big;
+    float* k = st.small;
+    float* v = st.small2;
+    be.matmul(l.wq, st.x, T, qg);
+    be.matmul(l.wk, st.x, T, k);
+    be.matmul(l.wv, st.x, T, v);
+    const RopeShape rope{c.n_rot, c.rope_base};
+    be.head_norm_rope(qg, Hq, D, q_stride, q_row, f(l.q_norm), c.eps, rope, s);
+    be.head_norm_rope(k, Hkv, D, D, Hkv * D, f(l.k_norm), c.eps, rope, s);
+    be.kv_store(k, v, st.k_cache[il], st.v_cache[il], st.kv_type, Hkv * D, s);
+    const AttnShape a{Hq, Hkv, D, q_stride, q_row, 1.0f / std::sqrt(static_cast<float>(D))};
+    be.attention(qg, st.k_cache[il], st.v_cache[il], st.kv_type, a, s, st.attn);
+    if (c.attn_gated) be.sigmoid_mul(st.attn, Hq * D, qg + D, D, q_stride, q_row, T);
+    be.matmul(l.wo, st.attn, T, st.h, /*accumulate=*/true);
+}
+
+void gdn_block(const Model& m, const LayerWeights& l, int il, State& st, const Step& s) {
+    const ModelConfig& c = m.config();
+    Backend& be = m.backend();
+    const int T = s.T;
+    const GdnShape g{c.ssm_k_heads, c.ssm_v_heads, c.ssm_state, c.ssm_conv};
+    float* qkv = st.big;
+    float* z = st.big2;
+    float* alpha = st.small;
+    float* beta = st.small2;
+    be.matmul(l.ssm_qkv, st.x, T, qkv);
+    be.matmul(l.ssm_gate, st.x, T, z);
+    be.matmul(l.ssm_alpha, st.x, T, alpha);
+    be.matmul(l.ssm_beta, st.x, T, beta);
+    be.gdn_conv(qkv, T, g, f(l.ssm_conv), st.conv_state[il]);
+    be.gdn_delta(qkv, alpha, beta, f(l.ssm_dt_bias), f(l.ssm_a), T, g, c.eps, st.ssm_state[il], st.attn);
+    be.gated_rmsnorm(st.attn, z, f(l.ssm_norm), T, g.v_heads, g.head_dim, c.eps, st.attn);
+    be.matmul(l.ssm_out, st.attn, T, st.h, /*accumulate=*/true);
+}
+
+void forward(const Model& m, State& st, const Step& s, Output out) {
+    const ModelConfig& c = m.config();
+    const Weights& w = m.weights();
+    Backend& be = m.backend();
+    const int T = s.T, E = c.n_embd;
+    be.embed(w.tok_embd, s, st.h);
+    for (int il = 0; il < c.n_layer; ++il) {
+        const LayerWeights& l = w.layers[il];
+        be.rmsnorm(st.h, E, f(l.attn_norm), T, E, c.eps, st.x, E);
+        if (c.recurrent[il])
+            gdn_block(m, l, il, st, s);
+        else
+            attention_block(m, l, il, st, s);
+        be.rmsnorm(st.h, E, f(l.ffn_norm), T, E, c.eps, st.x, E);
+        be.ffn_gate_up(l.ffn_gate, l.ffn_up, st.x, T, st.big, st.big2);
+        be.matmul(l.ffn_down, st.big, T, st.h, /*accumulate=*/true);
+    }
+    if (out == Output::none) return;
+    // Only the rows whose logits are wanted go through the final norm and the LM head.
+    const int first = out == Output::last ? T - 1 : 0;
+    const int n = T - first;
+    be.rmsnorm(st.h + static_cast<int64_t>(first) * E, E, f(w.output_norm), n, E, c.eps, st.x, E);
+    be.matmul(w.output, st.x, n, st.logits);
+    be.argmax(st.logits, n, c.n_vocab, st.argmax);
+}
+
+}  // namespace
+
+// One entry per architecture name; qwen35 and qwen3 share the family's program.
+extern const ArchEntry kQwen35 = {"qwen35", visit, fixup, forward};
+extern const ArchEntry kQwen3 = {"qwen3", visit, fixup, forward};
+
+}  // namespace df::model
