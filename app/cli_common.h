@@ -1,0 +1,42 @@
+// Options shared by the commands that load a model.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "diskformer/diskformer.h"
+
+struct ModelArgs {
+    std::string path;
+    std::string backend = "auto";
+    int threads = 0;
+    int ctx = 4096;
+    int chunk = 256;
+    std::string kv_type = "f16";
+
+    void add_to(CLI::App& cmd, bool with_ctx = true) {
+        cmd.add_option("-m,--model", path, "GGUF model file")->required();
+        cmd.add_option("--backend", backend, "cpu, cuda or auto (cuda when a GPU is present)")
+            ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+        cmd.add_option("-t,--threads", threads, "CPU threads (0: one per core)");
+        if (with_ctx) cmd.add_option("--ctx", ctx, "context size in tokens");
+        cmd.add_option("--chunk", chunk, "prompt tokens per forward pass")->check(CLI::PositiveNumber);
+        cmd.add_option("--kv-type", kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
+    }
+    diskformer::ModelOptions model_options() const {
+        diskformer::ModelOptions o;
+        o.backend = backend == "cpu"    ? diskformer::BackendKind::cpu
+                    : backend == "cuda" ? diskformer::BackendKind::cuda
+                                        : diskformer::BackendKind::automatic;
+        o.threads = threads;
+        return o;
+    }
+    diskformer::SessionOptions session_options() const {
+        diskformer::SessionOptions o;
+        o.ctx = ctx;
+        o.chunk = chunk;
+        o.kv_type = kv_type == "f32" ? diskformer::KvType::f32 : diskformer::KvType::f16;
+        return o;
+    }
+};

@@ -1,0 +1,197 @@
+// diskformer::Model and diskformer::Session: the public API over model::Model and a Backend.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "diskformer/diskformer.h"
+#include "model/model.h"
+#include "runtime/model_impl.h"
+
+namespace diskformer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+struct Session::Impl {
+    std::shared_ptr<Model> model;
+    const df::model::Model* m = nullptr;
+    df::Backend* be = nullptr;
+    SessionOptions opt;
+    std::unique_ptr<df::model::State> st;
+    std::vector<int32_t> tokens;   // what the cache holds, in order
+    std::vector<int32_t> host_buf; // staging for token ids / positions
+    bool logits_valid = false;     // the last evaluated position's logits are in st
+    int64_t last_row = 0;          // row of st->logits holding them
+    Stats stats;
+
+    // Evaluates `ids` after the cache; `all` receives every position's logits when given.
+    void eval(std::span<const int32_t> ids, float* all, bool decode);
+};
+
+void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) {
+    const auto& c = m->config();
+    if (ids.empty()) return;
+    if (tokens.size() + ids.size() > static_cast<size_t>(st->ctx))
+        throw Error("context full: " + std::to_string(tokens.size()) + " cached + " + std::to_string(ids.size()) +
+                    " new tokens exceed the context of " + std::to_string(st->ctx) + " tokens (raise --ctx)");
+    for (int32_t id : ids)
+        if (id < 0 || id >= c.n_vocab)
+            throw Error("token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(c.n_vocab - 1) + ")");
+    if (all && !st->all_logits) {
+        // Logits for every position need a [chunk, vocab] buffer; grown once on first use.
+        auto it = std::find(st->owned.begin(), st->owned.end(), static_cast<void*>(st->logits));
+        be->release(st->logits);
+        st->scratch_bytes -= sizeof(float) * c.n_vocab;
+        const size_t bytes = sizeof(float) * st->chunk * static_cast<size_t>(c.n_vocab);
+        st->logits = static_cast<float*>(be->alloc(bytes, df::MemKind::scratch));
+        *it = st->logits;
+        st->scratch_bytes += bytes;
+        st->all_logits = true;
+    }
+    const auto t0 = Clock::now();
+    const size_t n = ids.size();
+    for (size_t off = 0; off < n;) {
+        const int T = static_cast<int>(std::min<size_t>(st->chunk, n - off));
+        const bool last_chunk = off + T == n;
+        host_buf.resize(2 * T);
+        std::copy(ids.begin() + off, ids.begin() + off + T, host_buf.begin());
+        for (int t = 0; t < T; ++t) host_buf[T + t] = static_cast<int32_t>(tokens.size()) + t;
+        be->upload(st->tokens, host_buf.data(), sizeof(int32_t) * T);
+        be->upload(st->pos, host_buf.data() + T, sizeof(int32_t) * T);
+        df::Step s;
+        s.T = T;
+        s.tokens = st->tokens;
+        s.pos = st->pos;
+        s.pos0_hint = static_cast<int>(tokens.size());
+        s.max_ctx = st->ctx;
+        const auto out = all ? df::model::Output::all : last_chunk ? df::model::Output::last : df::model::Output::none;
+        logits_valid = false;
+        m->forward(*st, s, out);
+        if (all) {
+            be->download(all + off * c.n_vocab, st->logits, sizeof(float) * T * static_cast<size_t>(c.n_vocab));
+            last_row = T - 1;
+        } else {
+            last_row = 0;
+        }
+        tokens.insert(tokens.end(), ids.begin() + off, ids.begin() + off + T);
+        off += T;
+    }
+    be->synchronize();
+    logits_valid = true;
+    const double ms = ms_since(t0);
+    if (decode) {
+        stats.decode_tokens += static_cast<int64_t>(n);
+        stats.decode_ms += ms;
+    } else {
+        stats.prompt_tokens += static_cast<int64_t>(n);
+        stats.prefill_ms += ms;
+    }
+}
+
+Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+    auto& I = *impl_;
+    I.model = std::move(model);
+    I.m = I.model->impl().model.get();
+    I.be = I.model->impl().backend.get();
+    I.opt = options;
+    const auto& c = I.m->config();
+    if (options.ctx <= 0) throw Error("context size must be positive, got " + std::to_string(options.ctx));
+    if (options.chunk <= 0) throw Error("chunk size must be positive, got " + std::to_string(options.chunk));
+    const int ctx = c.n_ctx_train > 0 ? std::min(options.ctx, c.n_ctx_train) : options.ctx;
+    const int chunk = std::min(options.chunk, ctx);
+    try {
+        I.st = I.m->new_state(ctx, chunk, options.kv_type == KvType::f32 ? df::KvType::f32 : df::KvType::f16, false);
+    } catch (const std::exception& e) {
+        throw Error(std::string("cannot allocate the session: ") + e.what());
+    }
+}
+
+Session::~Session() {
+    if (impl_ && impl_->st) impl_->m->free_state(*impl_->st);
+}
+
+void Session::append(std::span<const int32_t> tokens, float* all_logits) {
+    impl_->eval(tokens, all_logits, false);
+}
+
+int Session::set_prompt(std::span<const int32_t> prompt) {
+    auto& I = *impl_;
+    if (prompt.empty()) throw Error("empty prompt");
+    size_t p = 0;
+    while (p < I.tokens.size() && p < prompt.size() && I.tokens[p] == prompt[p]) ++p;
+    const bool recurrent = I.m->config().n_recurrent() > 0;
+    if (p == prompt.size() && p == I.tokens.size() && I.logits_valid) {
+        I.stats.reused_tokens = static_cast<int64_t>(p);
+        return static_cast<int>(p);  // nothing new: the logits are already those of this prompt
+    }
+    if (p == prompt.size()) --p;  // re-evaluate the last token so its logits are fresh
+    if (p < I.tokens.size()) {
+        if (recurrent) {
+            // A recurrent state cannot be rewound: restart from token 0.
+            reset();
+            p = 0;
+        } else {
+            I.tokens.resize(p);  // attention-only: KV rows past p are overwritten later
+            I.logits_valid = false;
+        }
+    }
+    I.stats.reused_tokens = static_cast<int64_t>(p);
+    I.eval(prompt.subspan(p), nullptr, false);
+    return static_cast<int>(p);
+}
+
+int32_t Session::step(int32_t token) {
+    impl_->eval(std::span<const int32_t>(&token, 1), nullptr, true);
+    return argmax();
+}
+
+int32_t Session::argmax() const {
+    const auto& I = *impl_;
+    if (!I.logits_valid) throw Error("no logits: evaluate a token first");
+    int32_t id = 0;
+    I.be->download(&id, I.st->argmax + I.last_row, sizeof(id));
+    return id;
+}
+
+std::vector<float> Session::logits() const {
+    const auto& I = *impl_;
+    if (!I.logits_valid) throw Error("no logits: evaluate a token first");
+    const size_t V = I.m->config().n_vocab;
+    std::vector<float> out(V);
+    I.be->download(out.data(), I.st->logits + I.last_row * V, sizeof(float) * V);
+    return out;
+}
+
+void Session::reset() {
+    auto& I = *impl_;
+    I.tokens.clear();
+    I.logits_valid = false;
+    I.m->reset_state(*I.st);
+}
+
+int Session::n_ctx() const { return impl_->st->ctx; }
+int Session::n_cached() const { return static_cast<int>(impl_->tokens.size()); }
+const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
+const Model& Session::model() const { return *impl_->model; }
+
+Stats Session::stats() const {
+    const auto& I = *impl_;
+    Stats s = I.stats;
+    s.weight_bytes = I.m->weight_bytes();
+    s.kv_bytes = I.st->kv_bytes;
+    s.state_bytes = I.st->state_bytes;
+    s.scratch_bytes = I.st->scratch_bytes;
+    return s;
+}
+
+void Session::reset_stats() {
+    impl_->stats = Stats{};
+}
+
+}  // namespace diskformer
