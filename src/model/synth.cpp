@@ -175,6 +175,10 @@ std::string summary(const Layout& l) {
     std::snprintf(line, sizeof line, "%zu tensors, %s bytes of tensor data (%.1f MB)\n", l.tensors.size(),
                   with_commas(total).c_str(), total / 1e6);
     s += line;
+    const uint64_t file = file_size(l);
+    std::snprintf(line, sizeof line, "GGUF file %s bytes (%.1f MB of metadata and padding)\n", with_commas(file).c_str(),
+                  (file - total) / 1e6);
+    s += line;
     for (const auto& [type, bytes] : l.bytes_by_type()) {
         size_t n = 0;
         for (const auto& t : l.tensors) n += t.type == type;
@@ -183,6 +187,13 @@ std::string summary(const Layout& l) {
         s += line;
     }
     return s;
+}
+
+uint64_t file_size(const Layout& l) {
+    gguf::Writer w;
+    for (const auto& kv : l.kv) w.set(kv.key, kv.value);
+    for (const auto& t : l.tensors) w.add_tensor(t.name, t.type, t.shape, [](uint64_t, uint8_t*, uint64_t) {});
+    return w.file_size();
 }
 
 WriteStats write(const Layout& l, const std::string& path, int threads) {

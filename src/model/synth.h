@@ -64,8 +64,12 @@ struct Layout {
 // naming the preset (and listing the known ones) or the bad layer count.
 Layout plan(const Options& options);
 
-// Human-readable summary: preset, tensor count, bytes per type, total (what --dry-run prints).
+// Human-readable summary: preset, tensor count, total and per-type tensor bytes, file size (what
+// --dry-run prints).
 std::string summary(const Layout& layout);
+
+// Size of the GGUF file write() produces (header, metadata, tensor data, alignment padding).
+uint64_t file_size(const Layout& layout);
 
 struct WriteStats {
     uint64_t bytes = 0;     // file size

@@ -228,10 +228,11 @@ TEST(Synth, Qwen3_4bMatchesPresetsMd) {
     const auto l = synth::plan({.preset = "qwen3-4b-q8_0"});
     expect_layout(l, qwen3_4b_expected());
     EXPECT_EQ(l.tensors.size(), 398u);
-    // presets.md says "4,277 MB of tensor data", but its own table adds up to 4,274.4 MB; the
-    // 4,277 is about the size of a whole file (the padded 151,936-entry vocabulary adds ~3.5 MB).
+    // presets.md says "4,277 MB of tensor data", but its own table adds up to 4,274.4 MB; 4,277 MB
+    // is the whole file (the padded 151,936-entry vocabulary adds 3.4 MB of metadata).
     EXPECT_EQ(l.tensor_bytes(), 4274448384u);
     EXPECT_EQ(type_bytes(l, Type::Q8_0), 4273664000u);
+    EXPECT_EQ(synth::file_size(l) / 1000000, 4277u);
     EXPECT_EQ(kv(l, "qwen3.rope.dimension_count"), nullptr);
 }
 
@@ -337,6 +338,7 @@ TEST_P(SynthWrite, RoundTripsAndIsWellScaled) {
     const auto l = synth::plan({.preset = GetParam(), .seed = 5});
     const fs::path path = dir.path / "m.gguf";
     synth::write(l, path.string(), 2);
+    EXPECT_EQ(fs::file_size(path), synth::file_size(l));
     const auto f = df::gguf::File::open(path.string());
 
     ASSERT_EQ(f->tensors().size(), l.tensors.size());
