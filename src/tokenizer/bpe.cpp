@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <functional>
 #include <unordered_map>
 
 #include "tokenizer/byte_map.h"
@@ -98,45 +99,50 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
         int32_t id, prev, next;
         uint32_t begin, len;
     };
-    struct Cand {
-        int32_t rank, left, left_id, right_id, result;
-        // std heap is a max-heap: "greater" means lower priority (higher rank, then further right).
-        bool operator<(const Cand& o) const {
-            return rank != o.rank ? rank > o.rank : left > o.left;
-        }
-    };
+    // A queued pair is (rank << 32 | left position): one 64-bit compare orders by rank, then
+    // leftmost, and 8-byte entries keep the heap cache-friendly on very long words. Whether
+    // the pair is still current is checked when it is popped (see below).
     thread_local std::vector<Symbol> sym;
-    thread_local std::vector<Cand> heap;
+    thread_local std::vector<uint64_t> heap;
     sym.resize(n);
     heap.clear();
     for (size_t i = 0; i < n; ++i) {
         sym[i] = {byte_symbol_[s[i]], static_cast<int32_t>(i) - 1,
                   i + 1 < n ? static_cast<int32_t>(i) + 1 : -1, static_cast<uint32_t>(i), 1};
     }
-    auto try_push = [&](int32_t left) {
-        const int32_t right = sym[left].next;
-        const Merge* m = merges_.find(sym[left].id, sym[right].id);
+    const auto later = std::greater<uint64_t>();
+    auto queue = [&](int32_t left) {
+        const Merge* m = merges_.find(sym[left].id, sym[sym[left].next].id);
         if (!m) return;
-        heap.push_back({m->rank, left, sym[left].id, sym[right].id, m->result});
-        std::push_heap(heap.begin(), heap.end());
+        heap.push_back((static_cast<uint64_t>(m->rank) << 32) | static_cast<uint32_t>(left));
+        std::push_heap(heap.begin(), heap.end(), later);
     };
-    for (size_t i = 0; i + 1 < n; ++i) try_push(static_cast<int32_t>(i));
+    for (size_t i = 0; i + 1 < n; ++i) {
+        const Merge* m = merges_.find(sym[i].id, sym[i + 1].id);
+        if (m) heap.push_back((static_cast<uint64_t>(m->rank) << 32) | i);
+    }
+    std::make_heap(heap.begin(), heap.end(), later);
     while (!heap.empty()) {
-        std::pop_heap(heap.begin(), heap.end());
-        const Cand c = heap.back();
+        std::pop_heap(heap.begin(), heap.end(), later);
+        const uint64_t top = heap.back();
         heap.pop_back();
-        Symbol& l = sym[c.left];
-        // Stale: either side changed since the pair was queued (a symbol only changes by
-        // merging, which always changes its id), or the left one was absorbed.
-        if (l.len == 0 || l.id != c.left_id || l.next < 0 || sym[l.next].id != c.right_id) continue;
+        const auto left = static_cast<int32_t>(top & 0xFFFFFFFFu);
+        const auto rank = static_cast<int32_t>(top >> 32);
+        Symbol& l = sym[left];
+        if (l.len == 0 || l.next < 0) continue;  // absorbed, or nothing to its right any more
+        // Stale unless the pair now at this position is the one queued: each rank is one
+        // (left, right) pair, so an equal rank means the same pair. A merged symbol's id
+        // changes, so a pair queued before a merge of either side no longer matches.
+        const Merge* m = merges_.find(l.id, sym[l.next].id);
+        if (!m || m->rank != rank) continue;
         Symbol& r = sym[l.next];
-        l.id = c.result;
+        l.id = m->result;
         l.len += r.len;
         r.len = 0;
         l.next = r.next;
-        if (l.next >= 0) sym[l.next].prev = c.left;
-        if (l.prev >= 0) try_push(l.prev);
-        if (l.next >= 0) try_push(c.left);
+        if (l.next >= 0) sym[l.next].prev = left;
+        if (l.prev >= 0) queue(l.prev);
+        if (l.next >= 0) queue(left);
     }
     for (int32_t i = 0; i >= 0; i = sym[i].next) {
         if (sym[i].id < vocab_size_) {

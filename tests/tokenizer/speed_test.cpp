@@ -4,6 +4,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "tok_test_util.h"
 
@@ -55,6 +56,19 @@ void time_one(const char* what, const std::string& text) {
 TEST(TokenizerSpeed, OneMegabyte) {
     time_one("golden text mix", golden_mix(1 << 20));
     time_one("random words", random_words(1 << 20));
+}
+
+TEST(TokenizerSpeed, ConcurrentEncodesAgree) {
+    // encode() is const and thread-safe: a server tokenizes several requests at once.
+    const auto* tok = df::test::golden_tokenizer("ggml-vocab-qwen35.gguf");
+    ASSERT_TRUE(tok);
+    const std::string text = golden_mix(200 << 10);
+    const auto want = tok->encode(text, true);
+    std::vector<std::vector<int32_t>> got(4);
+    std::vector<std::thread> threads;
+    for (auto& g : got) threads.emplace_back([&tok, &text, &g] { g = tok->encode(text, true); });
+    for (auto& t : threads) t.join();
+    for (const auto& g : got) EXPECT_EQ(g, want);
 }
 
 TEST(TokenizerSpeed, LoadTime) {
