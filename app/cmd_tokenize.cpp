@@ -101,7 +101,8 @@ void register_tokenize(CLI::App& app) {
     tc->add_flag("--special", t->special,
                  "parse control tokens written in the text (<|im_start|>, …) as single ids");
     tc->add_option("--file", t->file, "tokenize this file's exact bytes instead of TEXT");
-    auto* text = tc->add_option("text", t->text, "the text (put -- before it if it starts with '-')");
+    auto* text =
+        tc->add_option("text", t->text, "the text (put -- before it if it starts with '-')");
     tc->callback([t, text] {
         t->has_text = text->count() > 0;
         run_tokenize(*t);

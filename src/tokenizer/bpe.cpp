@@ -63,7 +63,8 @@ Bpe::Bpe(const Lookup& lookup, int32_t vocab_size, std::span<const std::string> 
         return it->second;
     };
     for (int b = 0; b < 256; ++b) {
-        byte_symbol_[b] = symbol(byte_encode(std::string_view(reinterpret_cast<const char*>(&b), 1)));
+        const char c = static_cast<char>(b);
+        byte_symbol_[b] = symbol(byte_encode(std::string_view(&c, 1)));
     }
     merges_.reserve(merges.size());
     std::string joined;
@@ -88,7 +89,8 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
     auto emit_bytes = [&](size_t begin, size_t len) {
         for (size_t i = begin; i < begin + len; ++i) {
             const int32_t id = byte_symbol_[s[i]];
-            if (id < vocab_size_) out.push_back(id);  // a byte with no token is dropped, as in llama.cpp
+            // A byte with no token is dropped, as in llama.cpp.
+            if (id < vocab_size_) out.push_back(id);
         }
     };
     if (n == 1) {

@@ -42,9 +42,9 @@ private:
 size_t last_query_index(std::span<const ChatMessage> msgs) {
     for (size_t i = msgs.size(); i-- > 0;) {
         const auto& m = msgs[i];
-        if (m.role == "user" &&
-            !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>")))
-            return i;
+        const bool tool_result = starts_with(m.content, "<tool_response>") &&
+                                 ends_with(m.content, "</tool_response>");
+        if (m.role == "user" && !tool_result) return i;
     }
     return msgs.empty() ? 0 : msgs.size() - 1;
 }

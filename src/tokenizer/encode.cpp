@@ -1,6 +1,8 @@
 // Text to ids: special tokens, then pre-tokenizer words, then BPE per word.
 #include <algorithm>
+#include <cstdint>
 #include <functional>
+#include <string>
 
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
@@ -60,6 +62,10 @@ void Tokenizer::Impl::encode_raw(std::string_view raw, Scratch& sc,
 
 std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text,
                                              const SpecialSplitter::ControlAllowed& allowed) const {
+    // Positions inside a word are 32-bit (see Bpe); no real prompt comes near this.
+    if (text.size() > static_cast<size_t>(INT32_MAX))
+        throw Error("text of " + std::to_string(text.size()) +
+                    " bytes is too long to tokenize (limit 2 GiB)");
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 4);
     Scratch sc;

@@ -56,6 +56,12 @@ PreSplitter::PreSplitter(PreTokenizer kind) {
 
 PreSplitter::~PreSplitter() { pcre2_code_free(as_code(code_)); }
 
+std::string PreSplitter::unicode_version() {
+    char buf[64] = {};
+    pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, buf);
+    return buf;
+}
+
 void PreSplitter::split(std::string_view subject, std::vector<size_t>& ends) const {
     if (subject.empty()) return;
     pcre2_code* code = as_code(code_);

@@ -22,8 +22,8 @@ SpecialSplitter::SpecialSplitter(std::vector<Token> tokens) : tokens_(std::move(
                 nx = static_cast<int32_t>(nodes_.size());
                 nodes_.emplace_back();
                 auto& kids = nodes_[node].next;
-                kids.insert(std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, int32_t{0})),
-                            {b, nx});
+                auto at = std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, int32_t{0}));
+                kids.insert(at, {b, nx});
                 if (node == 0) root_next_[b] = nx;
             }
             node = nx;

@@ -46,7 +46,7 @@ private:
 
     std::vector<Token> tokens_;  // sorted by priority: longer first, then lower id
     std::vector<Node> nodes_;    // nodes_[0] is the root
-    int32_t root_next_[256];     // the root's children, for a fast first-byte test
+    int32_t root_next_[256] = {};  // the root's children, for a fast first-byte test
 };
 
 }  // namespace df::tokenizer

@@ -22,8 +22,8 @@ constexpr std::array<std::string_view, 16> kEogTexts = {
 PreTokenizer parse_pre(const std::string& pre) {
     if (pre == "qwen2") return PreTokenizer::qwen2;
     if (pre == "qwen35") return PreTokenizer::qwen35;
-    throw Error("tokenizer.ggml.pre is \"" + pre +
-                "\"; supported pre-tokenizers are \"qwen2\" (Qwen2/2.5/3) and \"qwen35\" (Qwen3.5)");
+    throw Error("tokenizer.ggml.pre is \"" + pre + "\"; supported pre-tokenizers are \"qwen2\" " +
+                "(Qwen2/2.5/3) and \"qwen35\" (Qwen3.5)");
 }
 
 void check_special_id(const char* key, int32_t id, size_t n) {
@@ -131,7 +131,9 @@ bool Tokenizer::is_control(int32_t id) const {
     return impl_->control(id);
 }
 
-int32_t Tokenizer::find(std::string_view token_text) const { return impl_->by_text.find(token_text); }
+int32_t Tokenizer::find(std::string_view token_text) const {
+    return impl_->by_text.find(token_text);
+}
 
 size_t Tokenizer::vocab_size() const { return impl_->types.size(); }
 int32_t Tokenizer::bos() const { return impl_->spec.bos; }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tok_test_util.h"
+#include "tokenizer/pretokenize.h"
 
 namespace {
 
@@ -54,6 +55,9 @@ void time_one(const char* what, const std::string& text) {
 }
 
 TEST(TokenizerSpeed, OneMegabyte) {
+    const df::tokenizer::PreSplitter probe(df::tokenizer::PreTokenizer::qwen35);
+    std::printf("[tokenizer] PCRE2 Unicode %s, JIT %s\n",
+                df::tokenizer::PreSplitter::unicode_version().c_str(), probe.jit() ? "on" : "off");
     time_one("golden text mix", golden_mix(1 << 20));
     time_one("random words", random_words(1 << 20));
 }
