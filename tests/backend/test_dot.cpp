@@ -25,9 +25,9 @@ namespace {
 using quant::Type;
 using test::random_row;
 
-// gamma_k = k u / (1 - k u): the bound row_dot's contract states with k = n/32 + 40.
+// gamma_k = k u / (1 - k u): the bound row_dot's contract states with k = n/32 + 41.
 double dot_bound(int64_t n, double sum_abs) {
-    const double k = static_cast<double>(n) / 32 + 40, u = 0x1p-24;
+    const double k = static_cast<double>(n) / 32 + 41, u = 0x1p-24;
     return k * u / (1 - k * u) * sum_abs;
 }
 

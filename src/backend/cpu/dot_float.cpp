@@ -5,7 +5,7 @@ namespace df::cpu::detail {
 namespace {
 
 struct DecF16 {
-    static constexpr int kElems = 32, kBytes = 64;
+    static constexpr int kElems = 32, kBytes = 64, kScale = 0;
     struct State {
         const uint8_t* p;
     };
@@ -18,7 +18,7 @@ struct DecF16 {
 };
 
 struct DecBF16 {
-    static constexpr int kElems = 32, kBytes = 64;
+    static constexpr int kElems = 32, kBytes = 64, kScale = 0;
     struct State {
         const uint8_t* p;
     };

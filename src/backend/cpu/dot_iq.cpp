@@ -1,7 +1,8 @@
 // row_dot decoders for the IQ types: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_XS.
 //
-// A weight is (group scale * grid magnitude) with its sign applied by flipping the sign bit,
-// exactly the reference's (scale * grid) * (+/-1). The grids of the two hottest types are
+// A weight is (group scale) * (grid magnitude with its sign bit flipped where the sign mask says):
+// the scale stays factored (kScale 1, or 2 where each half group has its own); their product is
+// the reference's (scale * grid) * (+/-1). The grids of the two hottest types are
 // expanded once to f32 rows (one load per 8 weights instead of a byte expansion and a convert);
 // sign masks come from one 256-entry table of sign-bit vectors.
 #include "backend/cpu/dot_kernel.h"
@@ -14,11 +15,16 @@ using quant::ksigns_iq2xs;
 
 struct Tables {
     alignas(32) uint32_t sign[256][8];   // bit j of the index -> 0x80000000 in lane j
+    alignas(32) uint32_t sign7[128][8];  // the same for a 7-bit ksigns index (parity bit added)
     alignas(32) float iq2xxs[256][8];
     alignas(32) float iq2xs[512][8];
+    float half_scale[16];                // (0.5 + s) / 4: d * this is exact, as d * (0.5 + s) * 0.25
     Tables() {
         for (int i = 0; i < 256; ++i)
             for (int j = 0; j < 8; ++j) sign[i][j] = (i >> j) & 1 ? 0x80000000u : 0u;
+        for (int i = 0; i < 128; ++i)
+            for (int j = 0; j < 8; ++j) sign7[i][j] = sign[ksigns_iq2xs[i]][j];
+        for (int i = 0; i < 16; ++i) half_scale[i] = (0.5f + static_cast<float>(i)) * 0.25f;
         for (int i = 0; i < 256; ++i)
             for (int j = 0; j < 8; ++j) iq2xxs[i][j] = quant::grid_byte(quant::iq2xxs_grid[i], j);
         for (int i = 0; i < 512; ++i)
@@ -28,16 +34,18 @@ struct Tables {
 // The grids are constant-initialized data, so building from them at static-init time is safe.
 const Tables kTables;
 
-DF_DOT_INLINE __m256 signed_scaled(__m256 grid, __m256 scale, uint8_t signs) {
-    const __m256 mask = _mm256_load_ps(reinterpret_cast<const float*>(kTables.sign[signs]));
-    return _mm256_xor_ps(_mm256_mul_ps(grid, scale), mask);
+DF_DOT_INLINE __m256 with_signs(__m256 grid, uint8_t signs) {
+    return _mm256_xor_ps(grid, _mm256_load_ps(reinterpret_cast<const float*>(kTables.sign[signs])));
+}
+DF_DOT_INLINE __m256 with_signs7(__m256 grid, uint32_t ksigns_index) {
+    return _mm256_xor_ps(grid, _mm256_load_ps(reinterpret_cast<const float*>(kTables.sign7[ksigns_index])));
 }
 
-// IQ2_XS / IQ2_S / (per half group) scale: d * (0.5 + s) * 0.25, as the reference forms it.
-DF_DOT_INLINE float iq2_scale(float d, int s) { return d * (0.5f + static_cast<float>(s)) * 0.25f; }
+// The IQ2 group scale d * (0.5 + s) * 0.25 (both products exact, so one multiply gives it).
+DF_DOT_INLINE float iq2_scale(float d, int s) { return d * kTables.half_scale[s]; }
 
 struct DecIQ2_XXS {
-    static constexpr int kElems = 256, kBytes = 66;
+    static constexpr int kElems = 256, kBytes = 66, kScale = 1;
     struct State {
         float d;
         const uint8_t* q;
@@ -48,16 +56,15 @@ struct DecIQ2_XXS {
     }
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
-        const uint32_t idx = load_u32(s.q + 8 * G), aux = load_u32(s.q + 8 * G + 4);
-        const __m256 db = _mm256_set1_ps(s.d * (0.5f + static_cast<float>(aux >> 28)) * 0.25f);
-        for (int l = 0; l < 4; ++l)
-            w.v[l] = signed_scaled(_mm256_load_ps(kTables.iq2xxs[(idx >> (8 * l)) & 0xFF]), db,
-                                   ksigns_iq2xs[(aux >> (7 * l)) & 127]);
+        const uint8_t* q = s.q + 8 * G;  // 4 grid index bytes, then 4 x 7-bit sign index + 4-bit scale
+        const uint32_t aux = load_u32(q + 4);
+        w.s[0] = _mm256_set1_ps(iq2_scale(s.d, static_cast<int>(aux >> 28)));
+        for (int l = 0; l < 4; ++l) w.v[l] = with_signs7(_mm256_load_ps(kTables.iq2xxs[q[l]]), (aux >> (7 * l)) & 127);
     }
 };
 
 struct DecIQ2_XS {
-    static constexpr int kElems = 256, kBytes = 74;
+    static constexpr int kElems = 256, kBytes = 74, kScale = 2;
     struct State {
         float d;
         const uint8_t* b;
@@ -69,16 +76,17 @@ struct DecIQ2_XS {
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         const uint8_t sc = s.b[66 + G];
-        const __m256 db[2] = {_mm256_set1_ps(iq2_scale(s.d, sc & 0xF)), _mm256_set1_ps(iq2_scale(s.d, sc >> 4))};
+        w.s[0] = _mm256_set1_ps(iq2_scale(s.d, sc & 0xF));
+        w.s[1] = _mm256_set1_ps(iq2_scale(s.d, sc >> 4));
         for (int l = 0; l < 4; ++l) {
             const uint16_t q = load_u16(s.b + 2 + 2 * (4 * G + l));  // 9-bit grid index, 7-bit sign index
-            w.v[l] = signed_scaled(_mm256_load_ps(kTables.iq2xs[q & 511]), db[l / 2], ksigns_iq2xs[q >> 9]);
+            w.v[l] = with_signs7(_mm256_load_ps(kTables.iq2xs[q & 511]), q >> 9);
         }
     }
 };
 
 struct DecIQ2_S {
-    static constexpr int kElems = 256, kBytes = 82;
+    static constexpr int kElems = 256, kBytes = 82, kScale = 2;
     struct State {
         float d;
         const uint8_t* b;
@@ -91,16 +99,17 @@ struct DecIQ2_S {
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         const uint8_t* qs = s.b + 2;
         const uint8_t qh = s.b[66 + G], sc = s.b[74 + G];
-        const __m256 db[2] = {_mm256_set1_ps(iq2_scale(s.d, sc & 0xF)), _mm256_set1_ps(iq2_scale(s.d, sc >> 4))};
+        w.s[0] = _mm256_set1_ps(iq2_scale(s.d, sc & 0xF));
+        w.s[1] = _mm256_set1_ps(iq2_scale(s.d, sc >> 4));
         for (int l = 0; l < 4; ++l) {
             const int idx = qs[4 * G + l] | ((qh << (8 - 2 * l)) & 0x300);
-            w.v[l] = signed_scaled(u8x8_to_f32(quant::iq2s_grid[idx]), db[l / 2], qs[32 + 4 * G + l]);
+            w.v[l] = with_signs(u8x8_to_f32(quant::iq2s_grid[idx]), qs[32 + 4 * G + l]);
         }
     }
 };
 
 struct DecIQ3_XXS {
-    static constexpr int kElems = 256, kBytes = 98;
+    static constexpr int kElems = 256, kBytes = 98, kScale = 1;
     struct State {
         float d;
         const uint8_t* q;
@@ -112,17 +121,17 @@ struct DecIQ3_XXS {
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         const uint32_t aux = load_u32(s.q + 64 + 4 * G);
-        const __m256 db = _mm256_set1_ps(s.d * (0.5f + static_cast<float>(aux >> 28)) * 0.5f);
+        w.s[0] = _mm256_set1_ps(s.d * (2.0f * kTables.half_scale[aux >> 28]));  // d * (0.5 + s) * 0.5, exact
         for (int l = 0; l < 4; ++l) {
             const uint64_t grid = quant::iq3xxs_grid[s.q[8 * G + 2 * l]] |
                                   static_cast<uint64_t>(quant::iq3xxs_grid[s.q[8 * G + 2 * l + 1]]) << 32;
-            w.v[l] = signed_scaled(u8x8_to_f32(grid), db, ksigns_iq2xs[(aux >> (7 * l)) & 127]);
+            w.v[l] = with_signs7(u8x8_to_f32(grid), (aux >> (7 * l)) & 127);
         }
     }
 };
 
 struct DecIQ3_S {
-    static constexpr int kElems = 256, kBytes = 110;
+    static constexpr int kElems = 256, kBytes = 110, kScale = 1;
     struct State {
         float d;
         const uint8_t* b;
@@ -136,18 +145,18 @@ struct DecIQ3_S {
         const uint8_t* qs = s.b + 2 + 8 * G;
         const int qh = s.b[66 + G];
         const int sc = G % 2 ? s.b[106 + G / 2] >> 4 : s.b[106 + G / 2] & 0xF;
-        const __m256 db = _mm256_set1_ps(s.d * static_cast<float>(1 + 2 * sc));
+        w.s[0] = _mm256_set1_ps(s.d * static_cast<float>(1 + 2 * sc));
         for (int l = 0; l < 4; ++l) {
             const int i0 = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
             const int i1 = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
             const uint64_t grid = quant::iq3s_grid[i0] | static_cast<uint64_t>(quant::iq3s_grid[i1]) << 32;
-            w.v[l] = signed_scaled(u8x8_to_f32(grid), db, s.b[74 + 4 * G + l]);
+            w.v[l] = with_signs(u8x8_to_f32(grid), s.b[74 + 4 * G + l]);
         }
     }
 };
 
 struct DecIQ4_XS {
-    static constexpr int kElems = 256, kBytes = 136;
+    static constexpr int kElems = 256, kBytes = 136, kScale = 1;
     struct State {
         float d;
         const uint8_t* b;
@@ -159,12 +168,11 @@ struct DecIQ4_XS {
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         const int ls = ((s.b[4 + G / 2] >> (4 * (G % 2))) & 0xF) | (((load_u16(s.b + 2) >> (2 * G)) & 3) << 4);
-        const __m256 dl = _mm256_set1_ps(s.d * static_cast<float>(ls - 32));
+        w.s[0] = _mm256_set1_ps(s.d * static_cast<float>(ls - 32));
         const __m256i table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kvalues_iq4nl)));
         const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.b + 8 + 16 * G));
         i8x32_to_f32(_mm256_shuffle_epi8(table, nibbles_lo_hi(qs)), w);
-        for (int k = 0; k < 4; ++k) w.v[k] = _mm256_mul_ps(w.v[k], dl);
     }
 };
 

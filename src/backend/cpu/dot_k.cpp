@@ -1,7 +1,8 @@
 // row_dot decoders for the K-quants (256-element super-blocks, 8 groups of 32).
 //
-// Sub-block scales are formed in scalar code exactly as the reference forms them; a weight is
-// then scale * q (+/- min) with the same single rounding, so the values are the reference's.
+// Sub-block scales are formed in scalar code exactly as the reference forms them. Types with a
+// min produce the weights (scale * q - min, the reference's single rounding); Q3_K and Q6_K keep
+// their per-16 scale factored (kScale 2).
 #include "backend/cpu/dot_kernel.h"
 #include "quant/dequant_impl.h"
 
@@ -13,7 +14,7 @@ using quant::detail::scale_min_k4;
 DF_DOT_INLINE __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 struct DecQ2_K {
-    static constexpr int kElems = 256, kBytes = 84;
+    static constexpr int kElems = 256, kBytes = 84, kScale = 0;
     struct State {
         float dl[16], ml[16];
         const uint8_t* qs;
@@ -37,7 +38,7 @@ struct DecQ2_K {
 };
 
 struct DecQ3_K {
-    static constexpr int kElems = 256, kBytes = 110;
+    static constexpr int kElems = 256, kBytes = 110, kScale = 2;
     struct State {
         float dl[16];
         const uint8_t* b;
@@ -60,14 +61,15 @@ struct DecQ3_K {
         const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << (4 * half + j)));
         const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(load32(s.b), m), _mm256_setzero_si256());
         i8x32_to_f32(_mm256_sub_epi8(lo, _mm256_and_si256(clear, _mm256_set1_epi8(4))), w);
-        for (int k = 0; k < 4; ++k) w.v[k] = _mm256_mul_ps(w.v[k], _mm256_set1_ps(s.dl[is + k / 2]));
+        w.s[0] = _mm256_set1_ps(s.dl[is]);
+        w.s[1] = _mm256_set1_ps(s.dl[is + 1]);
     }
 };
 
 // Q4_K and Q5_K: 8 sub-blocks of 32 with a 6-bit scale and min each.
 template <bool kFifthBit>
 struct DecQ45_K {
-    static constexpr int kElems = 256, kBytes = kFifthBit ? 176 : 144;
+    static constexpr int kElems = 256, kBytes = kFifthBit ? 176 : 144, kScale = 0;
     struct State {
         float d1[8], m1[8];
         const uint8_t* qh;
@@ -101,7 +103,7 @@ struct DecQ45_K {
 };
 
 struct DecQ6_K {
-    static constexpr int kElems = 256, kBytes = 210;
+    static constexpr int kElems = 256, kBytes = 210, kScale = 2;
     struct State {
         float s[16];
         const uint8_t* b;
@@ -125,7 +127,8 @@ struct DecQ6_K {
                                     : _mm256_srli_epi16(h, 2);
         const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
         i8x32_to_f32(_mm256_sub_epi8(q, _mm256_set1_epi8(32)), w);
-        for (int k = 0; k < 4; ++k) w.v[k] = _mm256_mul_ps(w.v[k], _mm256_set1_ps(s.s[is + k / 2]));
+        w.s[0] = _mm256_set1_ps(s.s[is]);
+        w.s[1] = _mm256_set1_ps(s.s[is + 1]);
     }
 };
 

@@ -1,10 +1,14 @@
 // Internals of row_dot: the one accumulation order, the drivers, and the decoder contract.
 //
-// A decoder turns one block into groups of 32 weights in registers (W32), bitwise equal to the
-// scalar reference. It is a struct with
+// A decoder turns one block into groups of 32 weights in registers (W32). It is a struct with
 //   static constexpr int kElems, kBytes;        // one block
+//   static constexpr int kScale;                // 0: v holds the weights; 1: weight = s[0] * v;
+//                                               // 2: s[0] * v for elements 0..15, s[1] * v for 16..31
 //   struct State; static void load(State&, const uint8_t* block);
 //   template <int G> static void group(const State&, W32&);   // G < kElems / 32
+// where the weights (v, or the rounded products s * v) are bitwise the scalar reference's. A
+// factored scale saves a multiply per 8 weights: on 2 cores the T = 1 kernels are bound by vector
+// operations (expand, convert, FMA), not by memory, except Q8_0 and the float types.
 // Included only by the dot*.cpp files (each instantiates the drivers for its own decoders).
 #pragma once
 
@@ -20,9 +24,12 @@
 namespace df::cpu::detail {
 
 #define DF_DOT_INLINE inline __attribute__((always_inline))
+// Lambdas in the hot loops must inline too (GCC otherwise may call them per group).
+#define DF_DOT_LAMBDA_INLINE __attribute__((always_inline))
 
 struct W32 {
     __m256 v[4];  // elements 8k .. 8k+7 of the group in v[k]
+    __m256 s[2];  // group scale(s) when the decoder's kScale > 0 (broadcast)
 };
 
 using RowDotFn = void (*)(const uint8_t* row, int64_t nblocks, const float* x, int64_t x_stride, int T, float* out,
@@ -47,7 +54,9 @@ Kernel kernel_scalar(quant::Type t);
 
 template <int N, class F>
 DF_DOT_INLINE void static_for(F&& f) {
-    [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
+    [&]<int... I>(std::integer_sequence<int, I...>) DF_DOT_LAMBDA_INLINE {
+        (f(std::integral_constant<int, I>{}), ...);
+    }(
         std::make_integer_sequence<int, N>{});
 }
 
@@ -90,76 +99,39 @@ DF_DOT_INLINE __m256i nibbles_lo_hi(__m128i qs) {
 
 // ---- the accumulation order (the numerics contract of row_dot lives here) ----------------------
 
-template <int TT>
-struct Acc {
-    __m256 a[TT][2];
-};
-
-// Adds one group of 32 products to each token's accumulator P (the group's parity).
-template <int P, int TT>
-DF_DOT_INLINE void acc_group(Acc<TT>& acc, const W32& w, const float* x, int64_t xs) {
-    static_for<TT>([&](auto t) {
+// Adds one group of 32 products to each of TT tokens' accumulators: per token, 8 lanes each
+// chain their 4 products, the group's scale(s) apply, and the result joins the token's single
+// accumulator. The same sequence runs for a token whatever TT is, so results are batch-invariant.
+template <int kScale, int TT>
+DF_DOT_INLINE void acc_group(__m256 (&acc)[TT], const W32& w, const float* x, int64_t xs) {
+    static_for<TT>([&](auto t) DF_DOT_LAMBDA_INLINE {
         const float* xt = x + t * xs;
-        __m256 p = _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xt));
-        p = _mm256_fmadd_ps(w.v[1], _mm256_loadu_ps(xt + 8), p);
-        p = _mm256_fmadd_ps(w.v[2], _mm256_loadu_ps(xt + 16), p);
-        p = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xt + 24), p);
-        acc.a[t][P] = _mm256_add_ps(acc.a[t][P], p);
+        if constexpr (kScale == 2) {  // one chain per half, each with its scale
+            __m256 lo = _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xt));
+            lo = _mm256_fmadd_ps(w.v[1], _mm256_loadu_ps(xt + 8), lo);
+            __m256 hi = _mm256_mul_ps(w.v[2], _mm256_loadu_ps(xt + 16));
+            hi = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xt + 24), hi);
+            acc[t] = _mm256_add_ps(acc[t], _mm256_fmadd_ps(w.s[1], hi, _mm256_mul_ps(w.s[0], lo)));
+        } else {
+            __m256 p = _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xt));
+            p = _mm256_fmadd_ps(w.v[1], _mm256_loadu_ps(xt + 8), p);
+            p = _mm256_fmadd_ps(w.v[2], _mm256_loadu_ps(xt + 16), p);
+            p = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xt + 24), p);
+            acc[t] = kScale == 1 ? _mm256_fmadd_ps(w.s[0], p, acc[t]) : _mm256_add_ps(acc[t], p);
+        }
     });
 }
 
-DF_DOT_INLINE float acc_finish(__m256 a0, __m256 a1) {
-    const __m256 s = _mm256_add_ps(a0, a1);
+DF_DOT_INLINE float hsum(__m256 s) {
     __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     v = _mm_add_ss(v, _mm_movehdup_ps(v));
     return _mm_cvtss_f32(v);
 }
 
-// Blocks [0, nb) of a row into acc; x points at the row's first element for token 0. The group
-// parity is global (block 0 starts even), so callers that split a row must split at an even group.
-template <class Dec, int TT>
-DF_DOT_INLINE void run_blocks(const uint8_t* row, int64_t nb, const float* x, int64_t xs, Acc<TT>& acc) {
-    constexpr int kGroups = Dec::kElems / 32;
-    static_assert(Dec::kElems % 32 == 0);
-    const auto one = [&](int64_t b, auto parity_base) {
-        typename Dec::State st;
-        Dec::load(st, row + b * Dec::kBytes);
-        static_for<kGroups>([&](auto g) {
-            W32 w;
-            Dec::template group<g>(st, w);
-            acc_group<(parity_base + g) % 2>(acc, w, x + b * Dec::kElems + 32 * g, xs);
-        });
-    };
-    if constexpr (kGroups % 2 == 0) {
-        for (int64_t b = 0; b < nb; ++b) one(b, std::integral_constant<int, 0>{});
-    } else {
-        int64_t b = 0;
-        for (; b + 2 <= nb; b += 2) {
-            one(b, std::integral_constant<int, 0>{});
-            one(b + 1, std::integral_constant<int, 1>{});
-        }
-        if (b < nb) one(b, std::integral_constant<int, 0>{});
-    }
-}
-
-// Decodes blocks [0, nb) into dst (kElems floats per block).
-template <class Dec>
-void decode_blocks(const uint8_t* row, int64_t nb, float* dst) {
-    for (int64_t b = 0; b < nb; ++b) {
-        typename Dec::State st;
-        Dec::load(st, row + b * Dec::kBytes);
-        static_for<Dec::kElems / 32>([&](auto g) {
-            W32 w;
-            Dec::template group<g>(st, w);
-            for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + b * Dec::kElems + 32 * g + 8 * k, w.v[k]);
-        });
-    }
-}
-
-// Reads already-decoded f32 weights: the second stage of the batched path, and the F32 type.
+// F32 rows.
 struct DecF32 {
-    static constexpr int kElems = 32, kBytes = 128;
+    static constexpr int kElems = 32, kBytes = 128, kScale = 0;
     struct State {
         const float* p;
     };
@@ -170,59 +142,49 @@ struct DecF32 {
     }
 };
 
-// Up to 4 tokens: each block is decoded once in registers and used for every token.
+// Up to 8 tokens: each block is decoded once in registers and used for every token (8
+// accumulators + 4 weight vectors + scales fit the 16 ymm registers).
 template <class Dec, int TT>
-void dot_registers(const uint8_t* row, int64_t nb, const float* x, int64_t xs, float* out, int64_t os) {
-    Acc<TT> acc;
-    for (int t = 0; t < TT; ++t) acc.a[t][0] = acc.a[t][1] = _mm256_setzero_ps();
-    run_blocks<Dec, TT>(row, nb, x, xs, acc);
-    for (int t = 0; t < TT; ++t) out[t * os] = acc_finish(acc.a[t][0], acc.a[t][1]);
-}
-
-// Any T: a chunk of the row is decoded once into an L1-resident buffer, then swept by tiles of
-// up to 4 tokens whose accumulators live in memory between chunks. Same order as dot_registers.
-template <class Dec>
-void dot_batched(const uint8_t* row, int64_t nb, const float* x, int64_t xs, int T, float* out, int64_t os) {
-    constexpr int64_t kChunkBlocks = std::max(1, 1024 / Dec::kElems);  // 1024 elements: an even group count
-    alignas(32) float buf[kChunkBlocks * Dec::kElems];
-    constexpr int kStackTokens = 64;
-    __m256 stack_acc[kStackTokens][2];
-    __m256(*accs)[2] = stack_acc;
-    __m256(*heap_acc)[2] = nullptr;
-    if (T > kStackTokens) accs = heap_acc = new __m256[T][2];
-    for (int t = 0; t < T; ++t) accs[t][0] = accs[t][1] = _mm256_setzero_ps();
-
-    const auto tile = [&]<int TT>(std::integral_constant<int, TT>, int t0, int64_t cb, const float* xc) {
-        Acc<TT> acc;
-        for (int t = 0; t < TT; ++t) acc.a[t][0] = accs[t0 + t][0], acc.a[t][1] = accs[t0 + t][1];
-        run_blocks<DecF32, TT>(reinterpret_cast<const uint8_t*>(buf), cb * Dec::kElems / 32, xc + t0 * xs, xs, acc);
-        for (int t = 0; t < TT; ++t) accs[t0 + t][0] = acc.a[t][0], accs[t0 + t][1] = acc.a[t][1];
-    };
-    for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks) {
-        const int64_t cb = std::min(kChunkBlocks, nb - c0);
-        decode_blocks<Dec>(row + c0 * Dec::kBytes, cb, buf);
-        const float* xc = x + c0 * Dec::kElems;
-        int t0 = 0;
-        for (; t0 + 4 <= T; t0 += 4) tile(std::integral_constant<int, 4>{}, t0, cb, xc);
-        switch (T - t0) {
-            case 3: tile(std::integral_constant<int, 3>{}, t0, cb, xc); break;
-            case 2: tile(std::integral_constant<int, 2>{}, t0, cb, xc); break;
-            case 1: tile(std::integral_constant<int, 1>{}, t0, cb, xc); break;
-            default: break;
-        }
+void dot_tile(const uint8_t* row, int64_t nb, const float* x, int64_t xs, float* out, int64_t os) {
+    static_assert(Dec::kElems % 32 == 0);
+    __m256 acc[TT];
+    for (int t = 0; t < TT; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        typename Dec::State st;
+        Dec::load(st, row + b * Dec::kBytes);
+        static_for<Dec::kElems / 32>([&](auto g) DF_DOT_LAMBDA_INLINE {
+            W32 w;
+            Dec::template group<g>(st, w);
+            acc_group<Dec::kScale>(acc, w, x + b * Dec::kElems + 32 * g, xs);
+        });
     }
-    for (int t = 0; t < T; ++t) out[t * os] = acc_finish(accs[t][0], accs[t][1]);
-    delete[] heap_acc;
+    for (int t = 0; t < TT; ++t) out[t * os] = hsum(acc[t]);
 }
 
+// Any T, in tiles of 8 tokens; a tile decodes the row again (cheaper than storing it: the
+// kernels are bound by vector operations, and a decode costs less than 8 tokens' FMAs).
 template <class Dec>
 void dot_any(const uint8_t* row, int64_t nb, const float* x, int64_t xs, int T, float* out, int64_t os) {
-    switch (T) {
-        case 1: dot_registers<Dec, 1>(row, nb, x, xs, out, os); return;
-        case 2: dot_registers<Dec, 2>(row, nb, x, xs, out, os); return;
-        case 3: dot_registers<Dec, 3>(row, nb, x, xs, out, os); return;
-        case 4: dot_registers<Dec, 4>(row, nb, x, xs, out, os); return;
-        default: dot_batched<Dec>(row, nb, x, xs, T, out, os); return;
+    using Fn = void (*)(const uint8_t*, int64_t, const float*, int64_t, float*, int64_t);
+    static constexpr Fn kTiles[8] = {dot_tile<Dec, 1>, dot_tile<Dec, 2>, dot_tile<Dec, 3>, dot_tile<Dec, 4>,
+                                     dot_tile<Dec, 5>, dot_tile<Dec, 6>, dot_tile<Dec, 7>, dot_tile<Dec, 8>};
+    for (int t0 = 0; t0 < T; t0 += 8) kTiles[std::min(8, T - t0) - 1](row, nb, x + t0 * xs, xs, out + t0 * os, os);
+}
+
+// Decodes blocks [0, nb) into dst (kElems floats per block): the weights, scales applied.
+template <class Dec>
+void decode_blocks(const uint8_t* row, int64_t nb, float* dst) {
+    for (int64_t b = 0; b < nb; ++b) {
+        typename Dec::State st;
+        Dec::load(st, row + b * Dec::kBytes);
+        static_for<Dec::kElems / 32>([&](auto g) DF_DOT_LAMBDA_INLINE {
+            W32 w;
+            Dec::template group<g>(st, w);
+            for (int k = 0; k < 4; ++k) {
+                const __m256 v = Dec::kScale ? _mm256_mul_ps(w.v[k], w.s[Dec::kScale == 2 ? k / 2 : 0]) : w.v[k];
+                _mm256_storeu_ps(dst + b * Dec::kElems + 32 * g + 8 * k, v);
+            }
+        });
     }
 }
 

@@ -1,7 +1,7 @@
 // row_dot decoders for the 32-element block types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4.
 //
-// Each weight is the reference's product (or product plus min, one rounding: an FMA of an exact
-// product rounds the same), so the decoded values are bitwise the scalar reference's.
+// Each weight is the reference's exact product d * q (kept factored: v = q, s = d) or, with a
+// min, d * q + m (one rounding: an FMA of an exact product rounds the same as the reference).
 #include "backend/cpu/dot_kernel.h"
 #include "quant/dequant_impl.h"
 #include "quant/grids.h"
@@ -9,12 +9,12 @@
 namespace df::cpu::detail {
 namespace {
 
-template <int Bytes>
+template <int Bytes, int Scale>
 struct Dec32 {
-    static constexpr int kElems = 32, kBytes = Bytes;
+    static constexpr int kElems = 32, kBytes = Bytes, kScale = Scale;
 };
 
-struct DecQ8_0 : Dec32<34> {
+struct DecQ8_0 : Dec32<34, 1> {
     struct State {
         __m256 d;
         const uint8_t* q;
@@ -27,21 +27,27 @@ struct DecQ8_0 : Dec32<34> {
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         for (int k = 0; k < 4; ++k) {
             const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s.q + 8 * k));
-            w.v[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), s.d);
+            w.v[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
         }
+        w.s[0] = s.d;
     }
 };
 
-// Shared by the nibble types: 32 small integers in q (element order), times d, plus m if any.
-template <bool kMin>
-DF_DOT_INLINE void scale_i8(__m256i q, __m256 d, __m256 m, W32& w) {
+// 32 small integers in q (element order): factored scale d ...
+DF_DOT_INLINE void scaled_i8(__m256i q, __m256 d, W32& w) {
     i8x32_to_f32(q, w);
-    for (int k = 0; k < 4; ++k) w.v[k] = kMin ? _mm256_fmadd_ps(w.v[k], d, m) : _mm256_mul_ps(w.v[k], d);
+    w.s[0] = d;
+}
+
+// ... or the weights d * q + m themselves.
+DF_DOT_INLINE void affine_i8(__m256i q, __m256 d, __m256 m, W32& w) {
+    i8x32_to_f32(q, w);
+    for (int k = 0; k < 4; ++k) w.v[k] = _mm256_fmadd_ps(w.v[k], d, m);
 }
 
 DF_DOT_INLINE __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
-struct DecQ4_0 : Dec32<18> {
+struct DecQ4_0 : Dec32<18, 1> {
     struct State {
         __m256 d;
         const uint8_t* q;
@@ -53,11 +59,11 @@ struct DecQ4_0 : Dec32<18> {
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         const __m256i q = _mm256_sub_epi8(nibbles_lo_hi(load16(s.q)), _mm256_set1_epi8(8));
-        scale_i8<false>(q, s.d, s.d, w);
+        scaled_i8(q, s.d, w);
     }
 };
 
-struct DecQ4_1 : Dec32<20> {
+struct DecQ4_1 : Dec32<20, 0> {
     struct State {
         __m256 d, m;
         const uint8_t* q;
@@ -69,7 +75,7 @@ struct DecQ4_1 : Dec32<20> {
     }
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
-        scale_i8<true>(nibbles_lo_hi(load16(s.q)), s.d, s.m, w);
+        affine_i8(nibbles_lo_hi(load16(s.q)), s.d, s.m, w);
     }
 };
 
@@ -83,7 +89,7 @@ DF_DOT_INLINE __m256i fifth_bits(uint32_t qh) {
     return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-struct DecQ5_0 : Dec32<22> {
+struct DecQ5_0 : Dec32<22, 1> {
     struct State {
         __m256 d;
         const uint8_t* b;
@@ -95,11 +101,11 @@ struct DecQ5_0 : Dec32<22> {
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         const __m256i q5 = _mm256_or_si256(nibbles_lo_hi(load16(s.b + 6)), fifth_bits(load_u32(s.b + 2)));
-        scale_i8<false>(_mm256_sub_epi8(q5, _mm256_set1_epi8(16)), s.d, s.d, w);
+        scaled_i8(_mm256_sub_epi8(q5, _mm256_set1_epi8(16)), s.d, w);
     }
 };
 
-struct DecQ5_1 : Dec32<24> {
+struct DecQ5_1 : Dec32<24, 0> {
     struct State {
         __m256 d, m;
         const uint8_t* b;
@@ -112,13 +118,13 @@ struct DecQ5_1 : Dec32<24> {
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         const __m256i q5 = _mm256_or_si256(nibbles_lo_hi(load16(s.b + 8)), fifth_bits(load_u32(s.b + 4)));
-        scale_i8<true>(q5, s.d, s.m, w);
+        affine_i8(q5, s.d, s.m, w);
     }
 };
 
 // Codebook types: a nibble picks an int8 from a 16-entry table (one byte shuffle per 16).
 template <const int8_t* kTable, int Bytes, float (*Scale)(const uint8_t*)>
-struct DecCodebook : Dec32<Bytes> {
+struct DecCodebook : Dec32<Bytes, 1> {
     struct State {
         __m256 d;
         const uint8_t* q;
@@ -130,7 +136,7 @@ struct DecCodebook : Dec32<Bytes> {
     template <int G>
     static DF_DOT_INLINE void group(const State& s, W32& w) {
         const __m256i table = _mm256_broadcastsi128_si256(load16(reinterpret_cast<const uint8_t*>(kTable)));
-        scale_i8<false>(_mm256_shuffle_epi8(table, nibbles_lo_hi(load16(s.q))), s.d, s.d, w);
+        scaled_i8(_mm256_shuffle_epi8(table, nibbles_lo_hi(load16(s.q))), s.d, w);
     }
 };
 

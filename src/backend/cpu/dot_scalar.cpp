@@ -8,7 +8,7 @@ namespace {
 
 template <quant::DequantFn kFn, int Elems, int Bytes>
 struct DecScalar {
-    static constexpr int kElems = Elems, kBytes = Bytes;
+    static constexpr int kElems = Elems, kBytes = Bytes, kScale = 0;
     struct State {
         alignas(32) float w[Elems];
     };
