@@ -1,0 +1,182 @@
+// diskformer bench: load time, prefill and decode speed, bytes per decoded token and the
+// bandwidth they imply against a measured floor, peak memory by kind. Random token ids; a
+// warm-up pass first; the median of --reps runs with their min and max.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "runtime/bench.h"
+
+namespace {
+
+struct BenchArgs {
+    ModelArgs model;
+    std::vector<int> prompts{512};
+    int n_gen = 128;
+    int reps = 3;
+    double bw = 0;  // GB/s; 0 = measure
+    bool json = false;
+    bool ctx_given = false;
+};
+
+struct Spread {
+    double median = 0, min = 0, max = 0;
+};
+
+Spread spread(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
+std::vector<int32_t> random_ids(int n, int n_vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> pick(0, n_vocab - 1);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (auto& id : ids) id = pick(rng);
+    return ids;
+}
+
+double mib(size_t b) { return static_cast<double>(b) / (1 << 20); }
+
+void run(const BenchArgs& a) {
+    if (a.prompts.empty()) throw diskformer::Error("bench: -p needs at least one prompt length");
+    for (int p : a.prompts)
+        if (p <= 0) throw diskformer::Error("bench: prompt lengths must be positive, got " + std::to_string(p));
+    auto model = diskformer::Model::load(a.model.path, a.model.model_options());
+    const auto& info = model->info();
+
+    // Decode runs after the first prompt length; the context holds the longest run.
+    const int decode_prompt = a.prompts.front();
+    const int need = std::max(*std::max_element(a.prompts.begin(), a.prompts.end()), decode_prompt + a.n_gen) + 1;
+    auto so = a.model.session_options();
+    so.ctx = a.ctx_given ? std::max(so.ctx, need) : need;
+    diskformer::Session s(model, so);
+    if (s.n_ctx() < need)
+        throw diskformer::Error("bench: the model's context of " + std::to_string(s.n_ctx()) + " tokens is below the " +
+                                std::to_string(need) + " this run needs");
+
+    // Warm-up: first-touch of weights and buffers, thread start-up, CUDA graph capture.
+    {
+        const auto ids = random_ids(std::min(decode_prompt, 64), info.n_vocab, 1);
+        s.append(ids);
+        int32_t t = s.argmax();
+        for (int i = 0; i < std::min(a.n_gen, 4); ++i) t = s.step(t);
+    }
+
+    nlohmann::json prefill = nlohmann::json::array();
+    std::vector<Spread> prefill_spreads;
+    for (int p : a.prompts) {
+        const auto ids = random_ids(p, info.n_vocab, 1000u + static_cast<uint32_t>(p));
+        std::vector<double> rates;
+        for (int r = 0; r < a.reps; ++r) {
+            s.reset();
+            s.reset_stats();
+            s.append(ids);
+            rates.push_back(s.stats().prefill_tok_s());
+        }
+        const Spread sp = spread(rates);
+        prefill_spreads.push_back(sp);
+        prefill.push_back({{"tokens", p}, {"tok_s_median", sp.median}, {"min", sp.min}, {"max", sp.max}});
+    }
+
+    std::vector<double> decode_rates;
+    if (a.n_gen > 0) {
+        const auto ids = random_ids(decode_prompt, info.n_vocab, 7);
+        for (int r = 0; r < a.reps; ++r) {
+            s.reset();
+            s.append(ids);
+            s.reset_stats();
+            int32_t t = s.argmax();
+            for (int i = 0; i < a.n_gen; ++i) t = s.step(t);
+            decode_rates.push_back(s.stats().decode_tok_s());
+        }
+    }
+    const diskformer::Stats last = s.stats();  // memory by kind (the session's peak: it never shrinks)
+    const Spread dec = decode_rates.empty() ? Spread{} : spread(decode_rates);
+
+    // Traffic at the mean depth of the decode run.
+    const auto kv_type = so.kv_type;
+    const auto traffic = diskformer::bench::decode_traffic(*model, decode_prompt + a.n_gen / 2, kv_type);
+    const double gb_s = traffic.total() * dec.median / 1e9;
+    const bool measured = a.bw <= 0;
+    const double floor = measured ? diskformer::bench::host_copy_gbs(a.model.threads) : a.bw;
+    const std::string floor_source = measured ? "host memcpy (read + write)" : "--bw";
+    const int threads = a.model.threads > 0 ? a.model.threads : static_cast<int>(std::thread::hardware_concurrency());
+
+    if (a.json) {
+        nlohmann::json j = {
+            {"model", a.model.path},
+            {"name", info.name},
+            {"arch", info.arch},
+            {"backend", info.backend},
+            {"threads", threads},
+            {"reps", a.reps},
+            {"load_ms", info.load_ms},
+            {"prefill", prefill},
+            {"decode",
+             {{"tokens", a.n_gen},
+              {"prompt", decode_prompt},
+              {"tok_s", dec.median},
+              {"ms_per_token", dec.median > 0 ? 1e3 / dec.median : 0},
+              {"min", dec.min},
+              {"max", dec.max}}},
+            {"bytes_per_token", traffic.total()},
+            {"bytes_per_token_detail", {{"weights", traffic.weights}, {"state", traffic.state}, {"kv", traffic.kv}}},
+            {"gb_s", gb_s},
+            {"floor_gb_s", floor},
+            {"floor_source", floor_source},
+            {"pct_of_floor", floor > 0 ? 100 * gb_s / floor : 0},
+            {"memory",
+             {{"weights", last.weight_bytes},
+              {"kv", last.kv_bytes},
+              {"state", last.state_bytes},
+              {"scratch", last.scratch_bytes}}},
+        };
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("model    %s (%s, %s, %d layers, vocab %d)\n", a.model.path.c_str(), info.name.c_str(),
+                info.arch.c_str(), info.n_layer, info.n_vocab);
+    std::printf("backend  %s, %d threads, %d reps (median [min, max])\n", info.backend.c_str(), threads, a.reps);
+    std::printf("load     %.0f ms\n", info.load_ms);
+    for (size_t i = 0; i < a.prompts.size(); ++i) {
+        const auto& sp = prefill_spreads[i];
+        std::printf("prefill  %5d tokens  %9.1f tok/s  [%.1f, %.1f]\n", a.prompts[i], sp.median, sp.min, sp.max);
+    }
+    if (a.n_gen > 0) {
+        std::printf("decode   %5d tokens  %9.2f tok/s  [%.2f, %.2f]  %.2f ms/token (after a %d-token prompt)\n",
+                    a.n_gen, dec.median, dec.min, dec.max, 1e3 / dec.median, decode_prompt);
+        std::printf("traffic  %.1f MB/token (weights %.1f, state %.2f, kv %.2f)  %.2f GB/s = %.1f %% of %.1f GB/s (%s)\n",
+                    traffic.total() / 1e6, traffic.weights / 1e6, traffic.state / 1e6, traffic.kv / 1e6, gb_s,
+                    floor > 0 ? 100 * gb_s / floor : 0, floor, floor_source.c_str());
+    }
+    std::printf("memory   weights %.1f MiB, kv %.1f MiB, state %.1f MiB, scratch %.1f MiB\n", mib(last.weight_bytes),
+                mib(last.kv_bytes), mib(last.state_bytes), mib(last.scratch_bytes));
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+    auto a = std::make_shared<BenchArgs>();
+    auto* cmd = app.add_subcommand("bench", "Measure load, prefill and decode speed, bytes per token and bandwidth");
+    a->model.add_to(*cmd);
+    cmd->get_option("--ctx")->description("context size in tokens (default: what the run needs)");
+    cmd->add_option("-p,--prompt", a->prompts, "prompt lengths to prefill (comma separated)")->delimiter(',');
+    cmd->add_option("-n,--n-gen", a->n_gen, "tokens to decode after the first prompt length")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--reps", a->reps, "measured repetitions (median, min, max)")->check(CLI::PositiveNumber);
+    cmd->add_option("--bw", a->bw, "bandwidth floor in GB/s (default: measure a host memory copy)");
+    cmd->add_flag("--json", a->json, "print one JSON object");
+    cmd->callback([a, cmd] {
+        a->ctx_given = cmd->count("--ctx") > 0;
+        run(*a);
+    });
+}

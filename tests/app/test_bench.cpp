@@ -1,0 +1,67 @@
+// Smoke test of `diskformer synth` + `diskformer bench --json` through the built binary: the
+// report has every field and they are positive. Never a speed assertion.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBinary = DF_BINARY_DIR "/app/diskformer";
+
+// Runs a command, returns {exit status, stdout}.
+std::pair<int, std::string> run(const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return {-1, out};
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    return {pclose(p), out};
+}
+
+struct TempDir {
+    fs::path path = fs::temp_directory_path() / ("df_test_bench_" + std::to_string(::getpid()));
+    TempDir() { fs::create_directories(path); }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST(Bench, JsonReportOnTinySynth) {
+    ASSERT_TRUE(fs::exists(kBinary)) << kBinary << " is missing: build the diskformer target first";
+    TempDir dir;
+    const std::string model = (dir.path / "tiny.gguf").string();
+    const auto [synth_rc, synth_out] = run(kBinary + " synth --preset tiny-qwen35 --seed 3 --out " + model);
+    ASSERT_EQ(synth_rc, 0) << synth_out;
+    ASSERT_TRUE(fs::exists(model));
+
+    const auto [rc, out] =
+        run(kBinary + " bench -m " + model + " --backend cpu --json -p 16 -n 4 --reps 1 --bw 10 --threads 2");
+    ASSERT_EQ(rc, 0) << out;
+    const auto j = nlohmann::json::parse(out);
+
+    EXPECT_EQ(j.at("backend"), "cpu");
+    EXPECT_EQ(j.at("model"), model);
+    EXPECT_GT(j.at("load_ms").get<double>(), 0);
+    ASSERT_EQ(j.at("prefill").size(), 1u);
+    const auto& pf = j.at("prefill")[0];
+    EXPECT_EQ(pf.at("tokens"), 16);
+    for (const char* k : {"tok_s_median", "min", "max"}) EXPECT_GT(pf.at(k).get<double>(), 0) << k;
+    const auto& dec = j.at("decode");
+    EXPECT_EQ(dec.at("tokens"), 4);
+    for (const char* k : {"tok_s", "ms_per_token", "min", "max"}) EXPECT_GT(dec.at(k).get<double>(), 0) << k;
+    for (const char* k : {"bytes_per_token", "gb_s", "pct_of_floor"}) EXPECT_GT(j.at(k).get<double>(), 0) << k;
+    EXPECT_EQ(j.at("floor_gb_s").get<double>(), 10);
+    const auto& detail = j.at("bytes_per_token_detail");
+    EXPECT_GT(detail.at("weights").get<double>(), 0);
+    EXPECT_GT(detail.at("state").get<double>(), 0);  // qwen35: GDN layers
+    EXPECT_GT(detail.at("kv").get<double>(), 0);     // and one attention layer
+    // The untied embedding is read one row per token, so a token moves less than the weights.
+    EXPECT_LT(detail.at("weights").get<double>(), j.at("memory").at("weights").get<double>());
+    for (const char* k : {"weights", "kv", "state", "scratch"}) EXPECT_GT(j.at("memory").at(k).get<double>(), 0) << k;
+}
