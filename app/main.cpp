@@ -10,7 +10,11 @@ int main(int argc, char** argv) {
     CLI::App app{"diskformer: Qwen3.5 / Qwen3 GGUF inference on CUDA GPUs and CPUs"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "diskformer 0.1.0");
+    register_inspect(app);
     register_eval(app);
+    register_tokenize(app);
+    register_synth(app);
+    register_bench(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -29,6 +29,7 @@ struct Session::Impl {
     int64_t last_row = 0;          // row of st->logits holding them
     Stats stats;
 
+    uint64_t graph_key() const { return reinterpret_cast<uintptr_t>(st.get()); }
     // Evaluates `ids` after the cache; `all` receives every position's logits when given.
     void eval(std::span<const int32_t> ids, float* all, bool decode);
 };
@@ -44,6 +45,7 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
             throw Error("token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(c.n_vocab - 1) + ")");
     if (all && !st->all_logits) {
         // Logits for every position need a [chunk, vocab] buffer; grown once on first use.
+        be->drop_capture(graph_key());  // the recorded step points at the old buffer
         auto it = std::find(st->owned.begin(), st->owned.end(), static_cast<void*>(st->logits));
         be->release(st->logits);
         st->scratch_bytes -= sizeof(float) * c.n_vocab;
@@ -71,7 +73,21 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
         s.max_ctx = st->ctx;
         const auto out = all ? df::model::Output::all : last_chunk ? df::model::Output::last : df::model::Output::none;
         logits_valid = false;
-        m->forward(*st, s, out);
+        if (decode && T == 1 && out == df::model::Output::last) {
+            // A decode step has the same shape every time and reads its token and position from
+            // backend memory: record it once, replay it afterwards (CUDA graphs; a no-op on CPU).
+            const uint64_t key = graph_key();
+            if (!be->replay(key)) {
+                const bool recording = be->begin_capture(key);
+                m->forward(*st, s, out);
+                if (recording) {
+                    be->end_capture();
+                    be->replay(key);
+                }
+            }
+        } else {
+            m->forward(*st, s, out);
+        }
         if (all) {
             be->download(all + off * c.n_vocab, st->logits, sizeof(float) * T * static_cast<size_t>(c.n_vocab));
             last_row = T - 1;
@@ -113,7 +129,10 @@ Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
 }
 
 Session::~Session() {
-    if (impl_ && impl_->st) impl_->m->free_state(*impl_->st);
+    if (impl_ && impl_->st) {
+        impl_->be->drop_capture(impl_->graph_key());
+        impl_->m->free_state(*impl_->st);
+    }
 }
 
 void Session::append(std::span<const int32_t> tokens, float* all_logits) {
