@@ -154,6 +154,24 @@ public:
 
     // out[t] = argmax over x[t, 0..n) (lowest index wins ties).
     virtual void argmax(const float* x, int T, int n, int32_t* out) = 0;
+
+    // ---- graphs (decode) ----------------------------------------------------------------------
+    // A forward step whose changing inputs all live in backend memory (Step::tokens/pos, caches,
+    // state) is recorded once and replayed for every later token:
+    //   if (!be.replay(key)) {
+    //       const bool recording = be.begin_capture(key);
+    //       ... issue the step's ops ...
+    //       if (recording) { be.end_capture(); be.replay(key); }
+    //   }
+    // `key` names the buffers and shapes the ops use (e.g. the session's state and T): several
+    // sessions (a drafter beside its target) keep their own graphs on one backend. A graph holds
+    // pointers, so drop_capture(key) must come before those buffers are released. While
+    // recording, ops are recorded, not run, and upload/download/synchronize/alloc must not be
+    // called. Backends without graphs (CPU) keep these defaults: nothing is recorded, ops run.
+    virtual bool begin_capture(uint64_t key) { return false; }
+    virtual void end_capture() {}
+    virtual bool replay(uint64_t key) { return false; }  // false: nothing recorded under key
+    virtual void drop_capture(uint64_t key) {}
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);  // 0: one per core

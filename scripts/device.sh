@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# CUDA runs on the lent GPU machine (the device tool), built here and carried there.
+#
+#   scripts/device.sh pack            here: build test_cuda + diskformer (sm_90) and pack them,
+#                                     with the extra golden models, into .carry/ (ignored)
+#   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
+#        phases: info tests golden bench-kernels bench-models (comma separated)
+#
+# The device has CUDA 13 but no build dependencies (fmt, CLI11, gtest, ...): binaries are built
+# on this machine and carried (about 16 MB compressed). Logs go to $OUT (the device tool fetches it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+pack() {
+    set -e
+    cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDF_CUDA=ON -DDF_WERROR=ON >/dev/null
+    cmake --build build-cuda -j2 --target test_cuda diskformer
+    mkdir -p .carry/golden
+    local tmp
+    tmp=$(mktemp -d)
+    cp build-cuda/tests/test_cuda build-cuda/app/diskformer "$tmp/"
+    strip "$tmp/test_cuda" "$tmp/diskformer"
+    tar cJf .carry/bins.tar.xz -C "$tmp" test_cuda diskformer
+    rm -rf "$tmp"
+    # Golden models beyond the compact copy in tests/golden (only the f32-twin references).
+    local full=../shared/golden/models
+    if [ -d "$full" ]; then
+        for m in q35_8L_q4km q35_2L_f16_bf16 q3_4L_q8_0; do
+            cp "$full/$m.gguf" "$full/$m.logits_f32w.f32" "$full/$m.greedy_f32w.json" \
+               "$full/$m.greedy_f32w_logits.f32" .carry/golden/
+        done
+    fi
+    du -sh .carry
+}
+
+run() {
+    local phases=${1:-info,tests,golden,bench-kernels,bench-models}
+    local out=${OUT:-/tmp/df-out}
+    mkdir -p "$out" /tmp/dfbin
+    tar xJf .carry/bins.tar.xz -C /tmp/dfbin
+    # The binaries look for golden data at the paths of the build machine.
+    mkdir -p /work /work/shared/golden/models
+    [ -e /work/main ] || ln -s "$ROOT" /work/main
+    cp -r tests/golden/quant /work/shared/golden/
+    cp tests/golden/models/* /work/shared/golden/models/
+    cp .carry/golden/* /work/shared/golden/models/ 2>/dev/null || true
+    local T=/tmp/dfbin/test_cuda D=/tmp/dfbin/diskformer
+    case ",$phases," in *,info,*)
+        nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total,power.limit --format=csv
+        ;; esac
+    case ",$phases," in *,tests,*)
+        echo "== CUDA kernel tests"
+        $T --gtest_brief=1 --gtest_filter='-CudaModel.*' 2>&1 | tee "$out/tests.log" | tail -n 40
+        ;; esac
+    case ",$phases," in *,golden,*)
+        echo "== golden models on CUDA (kv f32)"
+        $T --gtest_filter='CudaModel.*' 2>&1 | tee "$out/golden.log" | grep -E "cuda golden|OK|FAILED|Failure|error|Expected|Which" | head -n 60
+        ;; esac
+    case ",$phases," in *,bench-kernels,*)
+        echo "== kernel benchmarks"
+        $T --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' 2>&1 | tee "$out/bench_kernels.log" | grep -vE "^\[ (RUN|  +OK) "
+        ;; esac
+    case ",$phases," in *,bench-models,*)
+        echo "== synthetic presets"
+        for p in qwen3-4b-q8_0 saluki-27b-iq2mix; do
+            [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 2
+            $D bench -m "/tmp/$p.gguf" --backend cuda --chunk 512 -p 512,4096 -n 128 --reps 3 --bw 4600 2>&1 | tee "$out/bench_$p.log"
+        done
+        ;; esac
+}
+
+case "${1:-}" in
+    pack) pack ;;
+    run) run "${2:-}" ;;
+    *) echo "usage: scripts/device.sh pack | run [phases]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,225 @@
+// Causal GQA attention over the KV cache: flash decoding.
+//
+// Grid (split, kv head x head chunk, token). A block takes up to 8 query heads that share one
+// KV head (so each K/V row read serves all of them) and one contiguous range of that token's keys
+// [0, pos[t]]; the range is cut into `nsplit` parts on the device from pos, so a captured graph
+// stays valid as the context grows. Each warp runs an online softmax over its keys with the
+// head's output slice in registers (lane owns head_dim/32 consecutive dims); the block's warps
+// are merged in shared memory, and the splits by a second kernel when nsplit > 1.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::cuda {
+namespace {
+
+constexpr int kAttnWarps = 4;
+constexpr int kMaxGroup = 8;  // query heads per block
+
+template <int DPL, bool kHalf>
+DF_DEV void load_row(const void* base, int64_t idx, float (&v)[DPL]) {
+    if constexpr (kHalf) {
+        const __half* p = static_cast<const __half*>(base) + idx;
+        if constexpr (DPL % 8 == 0) {
+#pragma unroll
+            for (int e = 0; e < DPL; e += 8) {
+                const uint4 r = __ldg(reinterpret_cast<const uint4*>(p + e));
+                const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+                    v[e + 2 * i] = f.x;
+                    v[e + 2 * i + 1] = f.y;
+                }
+            }
+        } else if constexpr (DPL % 4 == 0) {
+#pragma unroll
+            for (int e = 0; e < DPL; e += 4) {
+                const uint2 r = __ldg(reinterpret_cast<const uint2*>(p + e));
+                const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&r.x));
+                const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+                v[e] = f0.x; v[e + 1] = f0.y; v[e + 2] = f1.x; v[e + 3] = f1.y;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < DPL; ++e) v[e] = __half2float(p[e]);
+        }
+    } else {
+        const float* p = static_cast<const float*>(base) + idx;
+        if constexpr (DPL % 4 == 0) {
+#pragma unroll
+            for (int e = 0; e < DPL; e += 4) {
+                const float4 r = __ldg(reinterpret_cast<const float4*>(p + e));
+                v[e] = r.x; v[e + 1] = r.y; v[e + 2] = r.z; v[e + 3] = r.w;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < DPL; ++e) v[e] = __ldg(p + e);
+        }
+    }
+}
+
+template <int DPL, bool kHalf>
+__global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a, int group, int nsplit) {
+    constexpr int D = 32 * DPL;
+    const int split = blockIdx.x, t = blockIdx.z;
+    const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
+    const int kvh = blockIdx.y / chunks;
+    const int h0 = kvh * ratio + (blockIdx.y % chunks) * group;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    const int n_kv = a.pos[t] + 1;
+    const int per = (n_kv + nsplit - 1) / nsplit;
+    const int k_begin = split * per, k_end = min(n_kv, k_begin + per);
+
+    float qv[kMaxGroup][DPL];
+#pragma unroll
+    for (int i = 0; i < kMaxGroup; ++i) {
+        if (i < group) {
+            const float* qp = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0 + i) * a.q_stride + lane * DPL;
+#pragma unroll
+            for (int e = 0; e < DPL; ++e) qv[i][e] = qp[e];
+        }
+    }
+    float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][DPL];
+#pragma unroll
+    for (int i = 0; i < kMaxGroup; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[i][e] = 0.f;
+    }
+    const int64_t kv_row = static_cast<int64_t>(a.kv_heads) * D;
+    const int64_t col = static_cast<int64_t>(kvh) * D + lane * DPL;
+    for (int key = k_begin + warp; key < k_end; key += kAttnWarps) {
+        float kr[DPL], vr[DPL];
+        load_row<DPL, kHalf>(a.k_cache, key * kv_row + col, kr);
+        load_row<DPL, kHalf>(a.v_cache, key * kv_row + col, vr);
+#pragma unroll
+        for (int i = 0; i < kMaxGroup; ++i) {
+            if (i >= group) break;
+            float p = 0.f;
+#pragma unroll
+            for (int e = 0; e < DPL; ++e) p = fmaf(qv[i][e], kr[e], p);
+            const float sc = warp_sum(p) * a.scale;
+            const float mn = fmaxf(m[i], sc);
+            const float corr = expf(m[i] - mn), pe = expf(sc - mn);
+            m[i] = mn;
+            l[i] = l[i] * corr + pe;
+#pragma unroll
+            for (int e = 0; e < DPL; ++e) acc[i][e] = fmaf(pe, vr[e], acc[i][e] * corr);
+        }
+    }
+
+    // Merge the warps: M = max m_w, L = sum l_w e^(m_w - M), O = sum acc_w e^(m_w - M).
+    __shared__ float sm_m[kAttnWarps][kMaxGroup], sm_l[kAttnWarps][kMaxGroup];
+    __shared__ float sm_acc[kAttnWarps][kMaxGroup][D];
+#pragma unroll
+    for (int i = 0; i < kMaxGroup; ++i) {
+        if (i >= group) break;
+        if (lane == 0) {
+            sm_m[warp][i] = m[i];
+            sm_l[warp][i] = l[i];
+        }
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) sm_acc[warp][i][lane * DPL + e] = acc[i][e];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
+        const int i = idx / D, d = idx % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w][i]);
+        float L = 0.f, O = 0.f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < kAttnWarps; ++w) {
+                const float f = sm_m[w][i] == -INFINITY ? 0.f : expf(sm_m[w][i] - M);
+                L += sm_l[w][i] * f;
+                O += sm_acc[w][i][d] * f;
+            }
+        }
+        const int h = h0 + i;
+        if (nsplit == 1) {
+            a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / L;
+        } else {
+            float* pp = a.partial + ((static_cast<int64_t>(t) * a.heads + h) * nsplit + split) * (D + 2);
+            if (d == 0) {
+                pp[0] = M;
+                pp[1] = L;
+            }
+            pp[2 + d] = O;
+        }
+    }
+}
+
+// out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
+__global__ void attn_combine_kernel(const float* partial, int heads, int D, int nsplit, float* out) {
+    const int h = blockIdx.x, t = blockIdx.y;
+    const float* pp = partial + (static_cast<int64_t>(t) * heads + h) * nsplit * (D + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, pp[s * (D + 2)]);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float L = 0.f, O = 0.f;
+        for (int s = 0; s < nsplit; ++s) {
+            const float ms = pp[s * (D + 2)];
+            const float f = ms == -INFINITY ? 0.f : expf(ms - M);
+            L += pp[s * (D + 2) + 1] * f;
+            O += pp[s * (D + 2) + 2 + d] * f;
+        }
+        out[(static_cast<int64_t>(t) * heads + h) * D + d] = O / L;
+    }
+}
+
+template <int DPL>
+void attn_dispatch(const AttnArgs& a, dim3 grid, int group, int nsplit, cudaStream_t s) {
+    if (a.half_cache)
+        attn_kernel<DPL, true><<<grid, kAttnWarps * 32, 0, s>>>(a, group, nsplit);
+    else
+        attn_kernel<DPL, false><<<grid, kAttnWarps * 32, 0, s>>>(a, group, nsplit);
+}
+
+}  // namespace
+
+void launch_attention(const AttnArgs& a, cudaStream_t s) {
+    if (a.T <= 0) return;
+    DF_CUDA_REQUIRE(a.head_dim % 32 == 0 && a.head_dim <= 256, "attention: head_dim must be 32, 64, ..., 256");
+    DF_CUDA_REQUIRE(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "attention: heads must be a multiple of kv_heads");
+    DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0,
+                    "attention: caches must be 16-byte aligned");
+    const int ratio = a.heads / a.kv_heads;
+    int group = 1;
+    for (int g = std::min(ratio, kMaxGroup); g >= 1; --g)
+        if (ratio % g == 0) {
+            group = g;
+            break;
+        }
+    const int base_blocks = a.T * a.kv_heads * (ratio / group);
+    // Enough blocks to cover the GPU twice, bounded by the scratch for partial results.
+    int nsplit = std::clamp((2 * a.sm_count + base_blocks - 1) / base_blocks, 1, 64);
+    const size_t per_split = static_cast<size_t>(a.T) * a.heads * (a.head_dim + 2);
+    while (nsplit > 1 && per_split * nsplit > a.partial_floats) --nsplit;
+    const dim3 grid(nsplit, a.kv_heads * (ratio / group), a.T);
+    switch (a.head_dim / 32) {
+        case 1: attn_dispatch<1>(a, grid, group, nsplit, s); break;
+        case 2: attn_dispatch<2>(a, grid, group, nsplit, s); break;
+        case 3: attn_dispatch<3>(a, grid, group, nsplit, s); break;
+        case 4: attn_dispatch<4>(a, grid, group, nsplit, s); break;
+        case 5: attn_dispatch<5>(a, grid, group, nsplit, s); break;
+        case 6: attn_dispatch<6>(a, grid, group, nsplit, s); break;
+        case 7: attn_dispatch<7>(a, grid, group, nsplit, s); break;
+        case 8: attn_dispatch<8>(a, grid, group, nsplit, s); break;
+    }
+    DF_CUDA_LAUNCH_CHECK();
+    if (nsplit > 1) {
+        attn_combine_kernel<<<dim3(a.heads, a.T), 128, 0, s>>>(a.partial, a.heads, a.head_dim, nsplit, a.out);
+        DF_CUDA_LAUNCH_CHECK();
+    }
+}
+
+}  // namespace df::cuda

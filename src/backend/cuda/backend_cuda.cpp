@@ -1,0 +1,435 @@
+#include "backend/cuda/backend_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/layout.h"
+#include "backend/cuda/tables.h"
+#include "quant/dequant.h"
+
+namespace df::cuda {
+namespace {
+
+constexpr size_t kStagingBytes = size_t{64} << 20;
+// Split attention partials: (head_dim + 2) floats per (token, head, split); 32 MB covers decode
+// and verify with 64 splits at 128 heads, and a few splits for prefill chunks.
+constexpr size_t kAttnPartialBytes = size_t{32} << 20;
+
+const char* kind_name(MemKind k) {
+    switch (k) {
+        case MemKind::weights: return "weights";
+        case MemKind::kv: return "kv cache";
+        case MemKind::state: return "state";
+        case MemKind::scratch: return "scratch";
+        default: return "?";
+    }
+}
+
+// One row from ggml layout into the backend's (layout.h): block bodies, then the split heads;
+// types without a decoder are dequantized to F32.
+void pack_row(quant::Type src_type, quant::Type held, const uint8_t* src, int64_t cols, const RowLayout& lay,
+              uint8_t* dst) {
+    std::memset(dst, 0, lay.row_stride);
+    if (held != src_type) {
+        quant::dequantize_row(src_type, src, reinterpret_cast<float*>(dst), cols);
+        return;
+    }
+    const auto& ti = quant::type_info(src_type);
+    const BlockSplit s = block_split(src_type);
+    const size_t blocks = static_cast<size_t>(cols / ti.block_elems);
+    if (!s.head) {
+        std::memcpy(dst, src, blocks * ti.block_bytes);
+        return;
+    }
+    const size_t body = ti.block_bytes - s.head;
+    for (size_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = src + b * ti.block_bytes;
+        std::memcpy(dst + b * body, blk + (s.head_last ? 0 : s.head), body);
+        std::memcpy(dst + lay.head_off + b * s.head, blk + (s.head_last ? body : 0), s.head);
+    }
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+    DF_CUDA_CHECK(cudaSetDevice(device_));
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+    DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    GridTables host{};
+    fill_grid_tables(host);
+    tables_ = static_cast<GridTables*>(alloc(sizeof(GridTables), MemKind::weights));
+    upload(tables_, &host, sizeof host);
+    attn_partial_ = static_cast<float*>(alloc(kAttnPartialBytes, MemKind::scratch));
+    attn_partial_floats_ = kAttnPartialBytes / sizeof(float);
+    if (const char* g = std::getenv("DF_CUDA_GEMM")) split_gemm_ = std::string(g) != "bf16";
+    synchronize();
+}
+
+CudaBackend::~CudaBackend() {
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (auto& [p, info] : allocs_) cudaFree(p);
+    if (staging_) cudaFreeHost(staging_);
+    cudaStreamDestroy(stream_);
+}
+
+// ---- memory ------------------------------------------------------------------------------
+
+void CudaBackend::account(size_t bytes, MemKind kind, bool add) {
+    const auto k = static_cast<size_t>(kind);
+    if (add) {
+        in_use_[k] += bytes;
+        peak_[k] = std::max(peak_[k], in_use_[k]);
+    } else {
+        in_use_[k] -= bytes;
+    }
+}
+
+void* CudaBackend::alloc(size_t bytes, MemKind kind) {
+    DF_CUDA_REQUIRE(!capturing_, "alloc while a graph is being recorded");
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, rounded);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();  // not sticky: clear it so later checks do not see it
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        throw std::runtime_error("CUDA backend: out of device memory allocating " + std::to_string(bytes) +
+                                 " bytes for " + kind_name(kind) + " (" + std::to_string(free_b >> 20) + " MiB free of " +
+                                 std::to_string(total_b >> 20) + " MiB)");
+    }
+    DF_CUDA_CHECK(e);
+    DF_CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
+    std::lock_guard lock(mem_mu_);
+    allocs_[p] = {bytes, kind};
+    account(bytes, kind, true);
+    return p;
+}
+
+void CudaBackend::release(void* p) {
+    if (!p) return;
+    DF_CUDA_REQUIRE(!capturing_, "release while a graph is being recorded");
+    {
+        std::lock_guard lock(mem_mu_);
+        auto it = allocs_.find(p);
+        DF_CUDA_REQUIRE(it != allocs_.end(), "release of a pointer this backend did not allocate");
+        account(it->second.first, it->second.second, false);
+        allocs_.erase(it);
+    }
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    DF_CUDA_CHECK(cudaFree(p));
+}
+
+void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    DF_CUDA_REQUIRE(!capturing_, "upload while a graph is being recorded");
+    DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    DF_CUDA_REQUIRE(!capturing_, "download while a graph is being recorded");
+    DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::zero(void* dst, size_t bytes) {
+    if (!bytes) return;
+    DF_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+void CudaBackend::synchronize() {
+    DF_CUDA_REQUIRE(!capturing_, "synchronize while a graph is being recorded");
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, const void* host, size_t bytes) {
+    const quant::TypeInfo* ti = quant::type_info(static_cast<uint32_t>(type));
+    if (!ti) throw std::invalid_argument("CUDA backend: unknown weight type id " + std::to_string(static_cast<uint32_t>(type)));
+    if (cols <= 0 || rows <= 0 || cols % ti->block_elems)
+        throw std::invalid_argument("CUDA backend: a " + std::string(ti->name) + " weight needs a row length that is a positive multiple of " +
+                                    std::to_string(ti->block_elems) + ", got " + std::to_string(cols));
+    const size_t src_row = quant::row_bytes(type, cols);
+    if (bytes < src_row * static_cast<size_t>(rows))
+        throw std::invalid_argument("CUDA backend: weight data of " + std::to_string(bytes) + " bytes is shorter than " +
+                                    std::to_string(rows) + " rows of " + std::to_string(src_row));
+    const quant::Type held = native_type(type) ? type : quant::Type::F32;
+    const RowLayout lay = row_layout(held, cols);
+    const size_t total = lay.row_stride * static_cast<size_t>(rows);
+    auto* dev = static_cast<uint8_t*>(alloc(total, MemKind::weights));
+
+    if (!staging_) {
+        DF_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
+        staging_bytes_ = kStagingBytes;
+    }
+    const auto* src = static_cast<const uint8_t*>(host);
+    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(staging_bytes_ / lay.row_stride));
+    std::vector<uint8_t> big;  // a single row larger than the staging buffer
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, rows - r0);
+        uint8_t* buf = static_cast<uint8_t*>(staging_);
+        if (lay.row_stride > staging_bytes_) {
+            big.resize(lay.row_stride);
+            buf = big.data();
+        }
+        for (int64_t r = 0; r < n; ++r)
+            pack_row(type, held, src + static_cast<size_t>(r0 + r) * src_row, cols, lay, buf + static_cast<size_t>(r) * lay.row_stride);
+        DF_CUDA_CHECK(cudaMemcpyAsync(dev + static_cast<size_t>(r0) * lay.row_stride, buf, static_cast<size_t>(n) * lay.row_stride,
+                                      cudaMemcpyHostToDevice, stream_));
+        DF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the staging buffer is refilled next
+    }
+    Weight w;
+    w.type = held;
+    w.cols = cols;
+    w.rows = rows;
+    w.data = dev;
+    w.bytes = total;
+    w.row_stride = lay.row_stride;
+    return w;
+}
+
+size_t CudaBackend::bytes_in_use(MemKind kind) const {
+    std::lock_guard lock(mem_mu_);
+    return in_use_[static_cast<size_t>(kind)];
+}
+
+size_t CudaBackend::peak_bytes(MemKind kind) const {
+    std::lock_guard lock(mem_mu_);
+    return peak_[static_cast<size_t>(kind)];
+}
+
+// ---- ops ---------------------------------------------------------------------------------
+
+QuantMatrix CudaBackend::matrix(const Weight& w) const {
+    QuantMatrix m;
+    m.data = static_cast<const uint8_t*>(w.data);
+    m.row_stride = w.row_stride;
+    m.head_off = row_layout(w.type, w.cols).head_off;
+    m.rows = static_cast<int>(w.rows);
+    m.cols = static_cast<int>(w.cols);
+    return m;
+}
+
+// Warps sharing one pair of rows: enough lanes for the row's units, and enough blocks to fill
+// the GPU for short matrices.
+int CudaBackend::warps_per_row(const Weight& w, int unit, int row_groups) const {
+    const int64_t units = w.cols / unit;
+    int wpr = 1;
+    while (wpr < 8 && 2 * wpr * 32 <= units) wpr *= 2;
+    auto blocks = [&](int k) { return (row_groups + 8 / k - 1) / (8 / k); };
+    while (wpr < 8 && blocks(wpr) < 2 * sm_count_ && wpr * 32 < units) wpr *= 2;
+    return wpr;
+}
+
+static const QuantOps& ops_for(const Weight& w) {
+    const QuantOps* ops = quant_ops(w.type);
+    DF_CUDA_REQUIRE(ops, "weight type without CUDA kernels (was it loaded by this backend?)");
+    return *ops;
+}
+
+void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
+    const QuantOps& ops = ops_for(w);
+    EmbedArgs a;
+    a.w = matrix(w);
+    a.tokens = s.tokens;
+    a.T = s.T;
+    a.out = out;
+    a.tables = tables_;
+    ops.embed(a, stream_);
+}
+
+void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
+                          float* out, int64_t out_stride) {
+    launch_rmsnorm(x, x_stride, weight, n_rows, n, eps, out, out_stride, stream_);
+}
+
+void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) {
+    if (T <= 0) return;
+    const QuantOps& ops = ops_for(w);
+    if (T <= 8) {
+        MatvecArgs a;
+        a.w = matrix(w);
+        a.x = x;
+        a.T = T;
+        a.out = out;
+        a.accumulate = accumulate;
+        a.warps_per_row = warps_per_row(w, ops.unit, static_cast<int>((w.rows + 1) / 2));
+        a.tables = tables_;
+        ops.matvec(a, stream_);
+    } else {
+        GemmArgs a;
+        a.w = matrix(w);
+        a.x = x;
+        a.T = T;
+        a.out = out;
+        a.accumulate = accumulate;
+        a.split = split_gemm_;
+        a.tables = tables_;
+        ops.gemm(a, stream_);
+    }
+}
+
+void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x, int T, float* out,
+                              float* scratch) {
+    if (T <= 0) return;
+    const bool fused = T <= 8 && wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols &&
+                       wg.row_stride == wu.row_stride;
+    if (fused) {
+        const QuantOps& ops = ops_for(wg);
+        MatvecArgs a;
+        a.w = matrix(wg);
+        a.up = static_cast<const uint8_t*>(wu.data);
+        a.x = x;
+        a.T = T;
+        a.out = out;
+        a.warps_per_row = warps_per_row(wg, ops.unit, static_cast<int>(wg.rows));
+        a.tables = tables_;
+        ops.matvec(a, stream_);
+        return;
+    }
+    matmul(wg, x, T, out, false);
+    matmul(wu, x, T, scratch, false);
+    launch_swiglu(out, scratch, static_cast<int64_t>(T) * wg.rows, stream_);
+}
+
+void CudaBackend::head_norm_rope(float* x, int heads, int head_dim, int head_stride, int row, const float* norm_w,
+                                 float eps, const RopeShape& rope, const Step& s) {
+    // The same host expression as the CPU backend, so both start from the same f32 ratio.
+    const float theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));
+    launch_head_norm_rope(x, s.T, heads, head_dim, head_stride, row, norm_w, eps, rope.n_rot, theta_scale, s.pos,
+                          stream_);
+}
+
+void CudaBackend::kv_store(const float* k, const float* v, void* k_cache, void* v_cache, KvType kt, int kv_dim,
+                           const Step& s) {
+    launch_kv_store(k, v, k_cache, v_cache, kt == KvType::f16, kv_dim, s.T, s.pos, stream_);
+}
+
+void CudaBackend::attention(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
+                            const Step& s, float* out) {
+    AttnArgs args;
+    args.q = q;
+    args.k_cache = k_cache;
+    args.v_cache = v_cache;
+    args.half_cache = kt == KvType::f16;
+    args.heads = a.heads;
+    args.kv_heads = a.kv_heads;
+    args.head_dim = a.head_dim;
+    args.q_stride = a.q_stride;
+    args.q_row = a.q_row;
+    args.scale = a.scale;
+    args.T = s.T;
+    args.pos = s.pos;
+    args.out = out;
+    args.partial = attn_partial_;
+    args.partial_floats = attn_partial_floats_;
+    args.sm_count = sm_count_;
+    launch_attention(args, stream_);
+}
+
+void CudaBackend::sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row, int T) {
+    launch_sigmoid_mul(x, n, gate, width, gate_stride, gate_row, T, stream_);
+}
+
+void CudaBackend::gdn_conv(float* x, int T, const GdnShape& g, const float* w, float* conv_state) {
+    launch_gdn_conv(x, T, g.channels(), g.conv_kernel, w, conv_state, stream_);
+}
+
+void CudaBackend::gdn_delta(const float* qkv, const float* alpha, const float* beta, const float* dt_bias,
+                            const float* a_neg, int T, const GdnShape& g, float eps, float* state, float* out) {
+    GdnArgs a;
+    a.qkv = qkv;
+    a.alpha = alpha;
+    a.beta = beta;
+    a.dt_bias = dt_bias;
+    a.a_neg = a_neg;
+    a.T = T;
+    a.k_heads = g.k_heads;
+    a.v_heads = g.v_heads;
+    a.head_dim = g.head_dim;
+    a.eps = eps;
+    a.state = state;
+    a.out = out;
+    launch_gdn_delta(a, stream_);
+}
+
+void CudaBackend::gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
+                                float* out) {
+    launch_gated_rmsnorm(x, z, w, T, heads, n, eps, out, stream_);
+}
+
+void CudaBackend::add(float* y, const float* x, int64_t n) { launch_add(y, x, n, stream_); }
+
+void CudaBackend::argmax(const float* x, int T, int n, int32_t* out) { launch_argmax(x, T, n, out, stream_); }
+
+// ---- graphs --------------------------------------------------------------------------------
+
+bool CudaBackend::begin_capture(uint64_t key) {
+    DF_CUDA_REQUIRE(!capturing_, "begin_capture while already recording");
+    DF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    capture_key_ = key;
+    return true;
+}
+
+void CudaBackend::end_capture() {
+    DF_CUDA_REQUIRE(capturing_, "end_capture without begin_capture");
+    cudaGraph_t graph = nullptr;
+    DF_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    capturing_ = false;
+    cudaGraphExec_t exec = nullptr;
+    DF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    DF_CUDA_CHECK(cudaGraphDestroy(graph));
+    drop_capture(capture_key_);
+    graphs_[capture_key_] = exec;
+}
+
+bool CudaBackend::replay(uint64_t key) {
+    const auto it = graphs_.find(key);
+    if (it == graphs_.end()) return false;
+    DF_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    return true;
+}
+
+void CudaBackend::drop_capture(uint64_t key) {
+    const auto it = graphs_.find(key);
+    if (it == graphs_.end()) return;
+    DF_CUDA_CHECK(cudaGraphExecDestroy(it->second));
+    graphs_.erase(it);
+}
+
+}  // namespace df::cuda
+
+namespace df {
+
+bool cuda_device_available() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n) {
+        cudaGetLastError();
+        throw std::runtime_error("CUDA backend: no CUDA device " + std::to_string(device) + " (" + std::to_string(n) +
+                                 " found)");
+    }
+    return std::make_unique<cuda::CudaBackend>(device);
+}
+
+}  // namespace df

@@ -1,0 +1,94 @@
+// The CUDA backend: every op is enqueued on one stream; decode steps are captured as CUDA graphs.
+//
+// Weights are uploaded once in ggml block layout (rows padded, 4k+2 blocks split: layout.h);
+// types without a native decoder are expanded to F32 at load. Memory is accounted per MemKind.
+#pragma once
+
+#include <array>
+#include <mutex>
+#include <unordered_map>
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
+
+namespace df::cuda {
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int device);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    std::string name() const override { return "cuda"; }
+
+    void* alloc(size_t bytes, MemKind kind) override;
+    void release(void* p) override;
+    void upload(void* dst, const void* src, size_t bytes) override;
+    void download(void* dst, const void* src, size_t bytes) override;
+    void copy(void* dst, const void* src, size_t bytes) override;
+    void zero(void* dst, size_t bytes) override;
+    void synchronize() override;
+    Weight load_weight(quant::Type type, int64_t cols, int64_t rows, const void* host, size_t bytes) override;
+    size_t bytes_in_use(MemKind kind) const override;
+    size_t peak_bytes(MemKind kind) const override;
+
+    void embed(const Weight& w, const Step& s, float* out) override;
+    void rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
+                 float* out, int64_t out_stride) override;
+    void matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) override;
+    void ffn_gate_up(const Weight& wg, const Weight& wu, const float* x, int T, float* out,
+                     float* scratch) override;
+    void head_norm_rope(float* x, int heads, int head_dim, int head_stride, int row, const float* norm_w,
+                        float eps, const RopeShape& rope, const Step& s) override;
+    void kv_store(const float* k, const float* v, void* k_cache, void* v_cache, KvType kt, int kv_dim,
+                  const Step& s) override;
+    void attention(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
+                   const Step& s, float* out) override;
+    void sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row,
+                     int T) override;
+    void gdn_conv(float* x, int T, const GdnShape& g, const float* w, float* conv_state) override;
+    void gdn_delta(const float* qkv, const float* alpha, const float* beta, const float* dt_bias,
+                   const float* a_neg, int T, const GdnShape& g, float eps, float* state, float* out) override;
+    void gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
+                       float* out) override;
+    void add(float* y, const float* x, int64_t n) override;
+    void argmax(const float* x, int T, int n, int32_t* out) override;
+
+    bool begin_capture(uint64_t key) override;
+    void end_capture() override;
+    bool replay(uint64_t key) override;
+    void drop_capture(uint64_t key) override;
+
+    // Prefill GEMM precision: true (default) = three bf16 products per tile (f32-like); false =
+    // one (bf16-rounded operands). DF_CUDA_GEMM=bf16 in the environment selects false.
+    void set_split_gemm(bool split) { split_gemm_ = split; }
+    cudaStream_t stream() const { return stream_; }
+
+private:
+    QuantMatrix matrix(const Weight& w) const;
+    int warps_per_row(const Weight& w, int unit, int row_groups) const;
+    void account(size_t bytes, MemKind kind, bool add);
+
+    int device_ = 0;
+    int sm_count_ = 0;
+    cudaStream_t stream_ = nullptr;
+    GridTables* tables_ = nullptr;      // device copy of the IQ grids
+    float* attn_partial_ = nullptr;     // split-attention partial results
+    size_t attn_partial_floats_ = 0;
+    void* staging_ = nullptr;           // pinned host buffer for weight uploads
+    size_t staging_bytes_ = 0;
+    bool split_gemm_ = true;
+
+    mutable std::mutex mem_mu_;
+    std::unordered_map<void*, std::pair<size_t, MemKind>> allocs_;
+    std::array<size_t, static_cast<size_t>(MemKind::count_)> in_use_{}, peak_{};
+
+    std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
+    bool capturing_ = false;
+    uint64_t capture_key_ = 0;
+};
+
+}  // namespace df::cuda

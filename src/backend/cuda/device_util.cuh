@@ -1,0 +1,78 @@
+// Small device helpers shared by the kernels: loads with cache hints, exact small-integer to
+// float conversion, warp reductions.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#define DF_DEV __device__ __forceinline__
+
+namespace df::cuda {
+
+// Weights are streamed once per token: keep them out of L1 so the grids and activations that
+// are reused stay there.
+DF_DEV uint4 ld_stream16(const void* p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+DF_DEV uint2 ld_stream8(const void* p) {
+    uint2 r;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+DF_DEV uint32_t ld_stream4(const void* p) {
+    uint32_t r;
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+// Read-only loads that may hit L1 (block headers shared by several lanes).
+DF_DEV uint32_t ldg_u8(const uint8_t* p) { return __ldg(p); }
+DF_DEV uint32_t ldg_u16(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
+DF_DEV uint32_t ldg_u32(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned int*>(p)); }
+DF_DEV uint2 ldg_u64(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+DF_DEV uint4 ldg_u128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+DF_DEV float f16_bits_to_f32(uint32_t h) { return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xFFFFu))); }
+
+// Byte k of w (0..255) as an exact float: the byte becomes the low mantissa bits of 2^23, one
+// PRMT and one FADD instead of the slow integer-to-float unit. `off` is subtracted exactly.
+DF_DEV float byte_to_f32(uint32_t w, int k, float off = 0.f) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7650u | static_cast<unsigned>(k))) - (8388608.f + off);
+}
+
+// Byte k of w as a signed int8, exactly.
+DF_DEV float sbyte_to_f32(uint32_t w, int k) { return byte_to_f32(w ^ 0x80808080u, k, 128.f); }
+
+DF_DEV uint32_t byte_of(uint32_t w, int k) { return (w >> (8 * k)) & 0xFFu; }
+
+// Spreads the 4 low bits of x to bit 0 of each byte (bit i -> bit 8i).
+DF_DEV uint32_t spread4(uint32_t x) { return ((x & 0xFu) * 0x00204081u) & 0x01010101u; }
+
+DF_DEV float flip_if(float f, uint32_t mask, int bit) { return (mask >> bit) & 1u ? -f : f; }
+
+DF_DEV float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+DF_DEV float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+DF_DEV double warp_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ggml's scalar activations (accurate expf; the kernels are built without fast math).
+DF_DEV float silu_f(float x) { return x / (1.0f + expf(-x)); }
+DF_DEV float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+DF_DEV float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+}  // namespace df::cuda

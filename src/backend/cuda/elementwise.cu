@@ -1,0 +1,161 @@
+// Small memory-bound ops: KV store, sigmoid gate, add, SwiGLU, GDN causal conv, argmax.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
+
+__global__ void kv_store_kernel(const float* k, const float* v, void* kc, void* vc, bool half_cache, int kv_dim,
+                                const int32_t* pos) {
+    const int t = blockIdx.y;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= kv_dim) return;
+    const int64_t src = static_cast<int64_t>(t) * kv_dim + i;
+    const int64_t dst = static_cast<int64_t>(pos[t]) * kv_dim + i;
+    if (half_cache) {
+        static_cast<__half*>(kc)[dst] = __float2half_rn(k[src]);
+        static_cast<__half*>(vc)[dst] = __float2half_rn(v[src]);
+    } else {
+        static_cast<float*>(kc)[dst] = k[src];
+        static_cast<float*>(vc)[dst] = v[src];
+    }
+}
+
+__global__ void sigmoid_mul_kernel(float* x, int n, const float* gate, int width, int gate_stride, int gate_row) {
+    const int t = blockIdx.y;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float g = gate[static_cast<int64_t>(t) * gate_row + static_cast<int64_t>(i / width) * gate_stride + i % width];
+    x[static_cast<int64_t>(t) * n + i] *= sigmoid_f(g);
+}
+
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+__global__ void swiglu_kernel(float* g, const float* u, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) g[i] = silu_f(g[i]) * u[i];
+}
+
+// One thread per channel walks the T tokens with a sliding window of the last taps-1 inputs
+// (ggml sums the taps in order, in float, each product rounded).
+template <int kTaps>
+__global__ void gdn_conv_kernel(float* x, int T, int C, const float* w, float* state) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float win[kTaps], wc[kTaps];
+#pragma unroll
+    for (int i = 0; i < kTaps; ++i) wc[i] = w[static_cast<int64_t>(c) * kTaps + i];
+#pragma unroll
+    for (int i = 0; i < kTaps - 1; ++i) win[i] = state[static_cast<int64_t>(i) * C + c];
+    for (int t = 0; t < T; ++t) {
+        float* xp = x + static_cast<int64_t>(t) * C + c;
+        win[kTaps - 1] = *xp;
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < kTaps; ++i) sum = __fadd_rn(sum, __fmul_rn(win[i], wc[i]));
+        *xp = silu_f(sum);
+#pragma unroll
+        for (int i = 0; i < kTaps - 1; ++i) win[i] = win[i + 1];
+    }
+#pragma unroll
+    for (int i = 0; i < kTaps - 1; ++i) state[static_cast<int64_t>(i) * C + c] = win[i];
+}
+
+// One block per row: the largest value, the lowest index among equals.
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* x, int n, int32_t* out) {
+    const float* r = x + static_cast<int64_t>(blockIdx.x) * n;
+    float best = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = r[i];
+        if (v > best || idx == 0x7fffffff) {
+            best = v;
+            idx = i;
+        }
+    }
+    auto better = [](float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); };
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (better(ov, oi, best, idx)) {
+            best = ov;
+            idx = oi;
+        }
+    }
+    __shared__ float bv[kThreads / 32];
+    __shared__ int bi[kThreads / 32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        bv[warp] = best;
+        bi[warp] = idx;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kThreads / 32; ++w)
+            if (better(bv[w], bi[w], best, idx)) {
+                best = bv[w];
+                idx = bi[w];
+            }
+        out[blockIdx.x] = idx == 0x7fffffff ? 0 : idx;
+    }
+}
+
+}  // namespace
+
+void launch_kv_store(const float* k, const float* v, void* k_cache, void* v_cache, bool half_cache, int kv_dim,
+                     int T, const int32_t* pos, cudaStream_t s) {
+    if (T <= 0) return;
+    kv_store_kernel<<<dim3(blocks_for(kv_dim), T), kThreads, 0, s>>>(k, v, k_cache, v_cache, half_cache, kv_dim, pos);
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+void launch_sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row, int T,
+                        cudaStream_t s) {
+    if (T <= 0) return;
+    sigmoid_mul_kernel<<<dim3(blocks_for(n), T), kThreads, 0, s>>>(x, n, gate, width, gate_stride, gate_row);
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add(float* y, const float* x, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    add_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, x, n);
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    swiglu_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, n);
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gdn_conv(float* x, int T, int channels, int taps, const float* w, float* conv_state, cudaStream_t s) {
+    if (T <= 0) return;
+    const int blocks = blocks_for(channels);
+    switch (taps) {
+        case 2: gdn_conv_kernel<2><<<blocks, kThreads, 0, s>>>(x, T, channels, w, conv_state); break;
+        case 3: gdn_conv_kernel<3><<<blocks, kThreads, 0, s>>>(x, T, channels, w, conv_state); break;
+        case 4: gdn_conv_kernel<4><<<blocks, kThreads, 0, s>>>(x, T, channels, w, conv_state); break;
+        case 5: gdn_conv_kernel<5><<<blocks, kThreads, 0, s>>>(x, T, channels, w, conv_state); break;
+        default: DF_CUDA_REQUIRE(false, "gdn_conv: conv kernel must have 2..5 taps");
+    }
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+void launch_argmax(const float* x, int T, int n, int32_t* out, cudaStream_t s) {
+    if (T <= 0) return;
+    argmax_kernel<<<T, kThreads, 0, s>>>(x, n, out);
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,101 @@
+// The gated delta rule (Gated DeltaNet recurrence) over T tokens.
+//
+// Grid (value head j, column group); a warp owns one value column c of head j and keeps that
+// column of the state (Dk floats, a contiguous run over the key index) in registers for all T
+// tokens: the 128x128 state is read and written once per call, not once per token. Per token a
+// warp needs two reductions over the key index (S^T k and S^T q), done with shuffles.
+#include "backend/cuda/check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::cuda {
+namespace {
+
+constexpr int kGdnWarps = 4;
+
+// L2 normalisation as ggml: x / max(sqrt(sum x^2), eps), the sum in double.
+template <int NPL>
+__device__ void l2_normalize(float (&x)[NPL], float eps) {
+    double s = 0;
+#pragma unroll
+    for (int m = 0; m < NPL; ++m) s += static_cast<double>(__fmul_rn(x[m], x[m]));
+    s = warp_sum(s);
+    const float scale = 1.0f / fmaxf(static_cast<float>(sqrt(s)), eps);
+#pragma unroll
+    for (int m = 0; m < NPL; ++m) x[m] = __fmul_rn(x[m], scale);
+}
+
+template <int NPL>
+__global__ void __launch_bounds__(kGdnWarps * 32) gdn_delta_kernel(const GdnArgs a) {
+    constexpr int D = 32 * NPL;
+    const int j = blockIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int c = blockIdx.y * kGdnWarps + warp;
+    if (c >= D) return;
+    const int Hk = a.k_heads, Hv = a.v_heads;
+    const int64_t C = static_cast<int64_t>(2 * Hk + Hv) * D;
+    const int kh = j % Hk;
+    float* S = a.state + (static_cast<int64_t>(j) * D + c) * D;
+    float s[NPL];
+#pragma unroll
+    for (int m = 0; m < NPL; ++m) s[m] = S[m * 32 + lane];
+    const float out_scale = 1.0f / sqrtf(static_cast<float>(D));
+    const float dt_bias = a.dt_bias[j], a_neg = a.a_neg[j];
+
+    for (int t = 0; t < a.T; ++t) {
+        const float* row = a.qkv + t * C;
+        float q[NPL], k[NPL];
+#pragma unroll
+        for (int m = 0; m < NPL; ++m) {
+            q[m] = row[kh * D + m * 32 + lane];
+            k[m] = row[(Hk + kh) * D + m * 32 + lane];
+        }
+        const float v = row[2 * Hk * D + j * D + c];
+        const float g = __fmul_rn(softplus_f(__fadd_rn(a.alpha[static_cast<int64_t>(t) * Hv + j], dt_bias)), a_neg);
+        const float decay = expf(g);
+        const float b = sigmoid_f(a.beta[static_cast<int64_t>(t) * Hv + j]);
+        l2_normalize(q, a.eps);
+        l2_normalize(k, a.eps);
+
+        float u = 0.f;
+#pragma unroll
+        for (int m = 0; m < NPL; ++m) {
+            s[m] *= decay;
+            u = fmaf(s[m], k[m], u);
+        }
+        u = warp_sum(u);
+        const float d = b * (v - u);
+        float o = 0.f;
+#pragma unroll
+        for (int m = 0; m < NPL; ++m) {
+            s[m] = fmaf(k[m], d, s[m]);
+            o = fmaf(s[m], q[m], o);
+        }
+        o = warp_sum(o);
+        if (lane == 0) a.out[static_cast<int64_t>(t) * Hv * D + static_cast<int64_t>(j) * D + c] = o * out_scale;
+    }
+#pragma unroll
+    for (int m = 0; m < NPL; ++m) S[m * 32 + lane] = s[m];
+}
+
+}  // namespace
+
+void launch_gdn_delta(const GdnArgs& a, cudaStream_t s) {
+    if (a.T <= 0) return;
+    DF_CUDA_REQUIRE(a.head_dim % 32 == 0 && a.head_dim <= 256, "gdn_delta: head_dim must be 32, 64, ..., 256");
+    DF_CUDA_REQUIRE(a.v_heads % a.k_heads == 0, "gdn_delta: v_heads must be a multiple of k_heads");
+    const dim3 grid(a.v_heads, (a.head_dim + kGdnWarps - 1) / kGdnWarps);
+    switch (a.head_dim / 32) {
+        case 1: gdn_delta_kernel<1><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+        case 2: gdn_delta_kernel<2><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+        case 3: gdn_delta_kernel<3><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+        case 4: gdn_delta_kernel<4><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+        case 5: gdn_delta_kernel<5><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+        case 6: gdn_delta_kernel<6><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+        case 7: gdn_delta_kernel<7><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+        case 8: gdn_delta_kernel<8><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+    }
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,132 @@
+// Launchers of the CUDA kernels, callable from host C++ (backend_cuda.cpp). Each launcher
+// enqueues on the given stream and checks the launch; shapes are validated by the caller
+// (CudaBackend) against the Backend contract, alignment by the launcher where it matters.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "quant/types.h"
+
+namespace df::cuda {
+
+struct GridTables;
+
+// ---- quantized weights (one translation unit per block type) ------------------------------
+
+// A weight matrix as the kernels see it (layout.h).
+struct QuantMatrix {
+    const uint8_t* data = nullptr;
+    size_t row_stride = 0;   // bytes
+    size_t head_off = 0;     // bytes from a row's start to its split heads
+    int rows = 0;
+    int cols = 0;
+};
+
+// out[t, r] (+)= sum_c W[r, c] x[t, c] for T <= 8 tokens. x [T, cols] 16-byte aligned, cols a
+// multiple of the type's unit. With `up` set (same type and shape as w): out[t, r] =
+// silu(W x)[t, r] * (Up x)[t, r] (the fused gate/up of SwiGLU; accumulate must be false).
+struct MatvecArgs {
+    QuantMatrix w;
+    const uint8_t* up = nullptr;
+    const float* x = nullptr;
+    int T = 0;
+    float* out = nullptr;
+    bool accumulate = false;
+    int warps_per_row = 1;   // 1, 2, 4 or 8 warps share a pair of rows
+    const GridTables* tables = nullptr;
+};
+
+// Tiled GEMM for any T: the same product as MatvecArgs (no fused gate/up). `split` selects
+// three bf16 tensor-core products per tile (hi*hi + hi*lo + lo*hi, ~16 mantissa bits: the f32
+// contract) instead of one (bf16 operands, ~8 bits).
+struct GemmArgs {
+    QuantMatrix w;
+    const float* x = nullptr;
+    int T = 0;
+    float* out = nullptr;
+    bool accumulate = false;
+    bool split = true;
+    const GridTables* tables = nullptr;
+};
+
+// out[t, :] = dequantized row tokens[t] of w; an id outside [0, rows) gives a row of zeros.
+struct EmbedArgs {
+    QuantMatrix w;
+    const int32_t* tokens = nullptr;
+    int T = 0;
+    float* out = nullptr;
+    const GridTables* tables = nullptr;
+};
+
+struct QuantOps {
+    int unit;  // elements per decode unit: cols must be a multiple of it for matmul
+    void (*matvec)(const MatvecArgs&, cudaStream_t);
+    void (*gemm)(const GemmArgs&, cudaStream_t);
+    void (*embed)(const EmbedArgs&, cudaStream_t);
+};
+
+// nullptr for types without a native decoder (they are held as F32).
+const QuantOps* quant_ops(quant::Type t);
+
+// ---- dense ops ------------------------------------------------------------------------------
+
+// See Backend::rmsnorm. Sum of squares in double, like ggml's CPU path.
+void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps,
+                    float* out, int64_t out_stride, cudaStream_t s);
+
+// See Backend::head_norm_rope; theta_scale = powf(base, -2/n_rot) computed on the host.
+void launch_head_norm_rope(float* x, int T, int heads, int head_dim, int head_stride, int row,
+                           const float* norm_w, float eps, int n_rot, float theta_scale,
+                           const int32_t* pos, cudaStream_t s);
+
+// See Backend::kv_store (f16 when half_cache).
+void launch_kv_store(const float* k, const float* v, void* k_cache, void* v_cache, bool half_cache,
+                     int kv_dim, int T, const int32_t* pos, cudaStream_t s);
+
+struct AttnArgs {
+    const float* q = nullptr;
+    const void* k_cache = nullptr;
+    const void* v_cache = nullptr;
+    bool half_cache = false;
+    int heads = 0, kv_heads = 0, head_dim = 0, q_stride = 0, q_row = 0;
+    float scale = 0.f;
+    int T = 0;
+    const int32_t* pos = nullptr;
+    float* out = nullptr;
+    float* partial = nullptr;      // scratch for split partial results
+    size_t partial_floats = 0;     // its capacity
+    int sm_count = 132;
+};
+// Causal GQA attention (Backend::attention): flash decoding with the key range of each query
+// split across blocks (the split is decided on the device from pos, so graphs replay).
+void launch_attention(const AttnArgs& a, cudaStream_t s);
+
+void launch_sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row,
+                        int T, cudaStream_t s);
+void launch_gdn_conv(float* x, int T, int channels, int taps, const float* w, float* conv_state,
+                     cudaStream_t s);
+
+struct GdnArgs {
+    const float* qkv = nullptr;
+    const float* alpha = nullptr;
+    const float* beta = nullptr;
+    const float* dt_bias = nullptr;
+    const float* a_neg = nullptr;
+    int T = 0, k_heads = 0, v_heads = 0, head_dim = 0;
+    float eps = 0.f;
+    float* state = nullptr;
+    float* out = nullptr;
+};
+void launch_gdn_delta(const GdnArgs& a, cudaStream_t s);
+
+void launch_gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n,
+                          float eps, float* out, cudaStream_t s);
+void launch_add(float* y, const float* x, int64_t n, cudaStream_t s);
+void launch_argmax(const float* x, int T, int n, int32_t* out, cudaStream_t s);
+// gate[i] = silu(gate[i]) * up[i] for i < n.
+void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
+
+}  // namespace df::cuda

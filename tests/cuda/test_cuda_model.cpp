@@ -1,0 +1,156 @@
+// Whole models on the CUDA backend against llama.cpp's f32-twin golden logits: a chunked
+// prompt pass (GEMM path), then token-by-token steps recorded once as a CUDA graph and replayed
+// (matvec path), then the greedy continuation.
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include "common/golden.h"
+#include "cuda_test_util.h"
+#include "model/model.h"
+
+namespace df::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<int32_t> json_ints(const std::string& text, const std::string& key) {
+    const auto at = text.find("\"" + key + "\"");
+    if (at == std::string::npos) return {};
+    const auto open = text.find('[', at), close = text.find(']', open);
+    std::vector<int32_t> v;
+    const std::string body = text.substr(open + 1, close - open - 1);
+    const std::regex num("-?[0-9]+");
+    for (auto it = std::sregex_iterator(body.begin(), body.end(), num); it != std::sregex_iterator(); ++it)
+        v.push_back(std::stoi(it->str()));
+    return v;
+}
+
+// Sum (a-b)^2 / sum b^2 of one row.
+double nmse(const float* a, const float* b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; ++i) {
+        num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+        den += static_cast<double>(b[i]) * b[i];
+    }
+    return num / std::max(den, 1e-300);
+}
+
+int argmax_of(const float* x, int n) { return static_cast<int>(std::max_element(x, x + n) - x); }
+
+std::vector<fs::path> golden_models() {
+    std::vector<fs::path> v;
+    for (const auto& e : fs::directory_iterator(golden_dir() / "models"))
+        if (e.path().extension() == ".gguf") v.push_back(e.path());
+    std::sort(v.begin(), v.end());
+    return v;
+}
+
+void upload_step(Backend& be, model::State& st, const std::vector<int32_t>& tokens, int pos0) {
+    std::vector<int32_t> pos(tokens.size());
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = pos0 + static_cast<int>(i);
+    be.upload(st.tokens, tokens.data(), tokens.size() * 4);
+    be.upload(st.pos, pos.data(), pos.size() * 4);
+}
+
+TEST(CudaModel, GoldenF32TwinLogitsChunkedStepwiseAndGreedy) {
+    DF_REQUIRE_CUDA();
+    auto gpu = gpu_backend();
+    for (const fs::path& path : golden_models()) {
+        const std::string name = path.stem().string();
+        SCOPED_TRACE(name);
+        const fs::path dir = path.parent_path();
+        if (!fs::exists(dir / (name + ".logits_f32w.f32"))) continue;
+        const auto ref = read_f32(dir / (name + ".logits_f32w.f32"));
+        const auto greedy_ref = read_f32(dir / (name + ".greedy_f32w_logits.f32"));
+        const auto meta = read_file(dir / (name + ".greedy_f32w.json"));
+        const std::string js(meta.begin(), meta.end());
+        const auto prompt = json_ints(js, "prompt"), generated = json_ints(js, "generated");
+        ASSERT_EQ(prompt.size(), 100u);
+
+        const auto m = model::Model::load(path.string(), gpu);
+        const int V = m->config().n_vocab, P = static_cast<int>(prompt.size());
+        ASSERT_EQ(ref.size(), static_cast<size_t>(P) * V);
+
+        // 1. The prompt in chunks of 37 (GEMM path, attention over a growing cache).
+        {
+            const int chunk = 37;
+            auto st = m->new_state(512, chunk, KvType::f32, true);
+            std::vector<float> logits(static_cast<size_t>(P) * V);
+            for (int p0 = 0; p0 < P; p0 += chunk) {
+                const int T = std::min(chunk, P - p0);
+                upload_step(*gpu, *st, std::vector<int32_t>(prompt.begin() + p0, prompt.begin() + p0 + T), p0);
+                Step s;
+                s.T = T;
+                s.tokens = st->tokens;
+                s.pos = st->pos;
+                s.pos0_hint = p0;
+                s.max_ctx = 512;
+                m->forward(*st, s, model::Output::all);
+                gpu->download(logits.data() + static_cast<size_t>(p0) * V, st->logits, static_cast<size_t>(T) * V * 4);
+            }
+            double worst = 0;
+            int top1 = 0;
+            for (int t = 0; t < P; ++t) {
+                worst = std::max(worst, nmse(&logits[static_cast<size_t>(t) * V], &ref[static_cast<size_t>(t) * V], V));
+                top1 += argmax_of(&logits[static_cast<size_t>(t) * V], V) == argmax_of(&ref[static_cast<size_t>(t) * V], V);
+            }
+            std::printf("[cuda golden] %-18s chunked prompt: worst NMSE %.3g, top-1 %d/%d\n", name.c_str(), worst, top1, P);
+            EXPECT_LE(worst, 1e-6) << "chunked prompt";
+            EXPECT_EQ(top1, P);
+            m->free_state(*st);
+        }
+
+        // 2. One token per step, recorded once as a graph and replayed; then greedy decoding.
+        {
+            auto st = m->new_state(512, 1, KvType::f32, false);
+            const uint64_t key = reinterpret_cast<uintptr_t>(st.get());
+            std::vector<float> logits(V);
+            double worst = 0, worst_gen = 0;
+            int top1 = 0, same_gen = 0;
+            auto step = [&](int32_t tok, int pos) {
+                upload_step(*gpu, *st, {tok}, pos);
+                if (!gpu->replay(key)) {
+                    const bool rec = gpu->begin_capture(key);
+                    Step s;
+                    s.T = 1;
+                    s.tokens = st->tokens;
+                    s.pos = st->pos;
+                    s.pos0_hint = pos;
+                    s.max_ctx = 512;
+                    m->forward(*st, s, model::Output::last);
+                    if (rec) {
+                        gpu->end_capture();
+                        gpu->replay(key);
+                    }
+                }
+                gpu->download(logits.data(), st->logits, static_cast<size_t>(V) * 4);
+                int32_t next = 0;
+                gpu->download(&next, st->argmax, 4);
+                return next;
+            };
+            int32_t next = 0;
+            for (int t = 0; t < P; ++t) {
+                next = step(prompt[t], t);
+                worst = std::max(worst, nmse(logits.data(), &ref[static_cast<size_t>(t) * V], V));
+                top1 += argmax_of(logits.data(), V) == argmax_of(&ref[static_cast<size_t>(t) * V], V);
+            }
+            for (size_t i = 0; i < generated.size(); ++i) {
+                worst_gen = std::max(worst_gen, nmse(logits.data(), &greedy_ref[i * V], V));
+                same_gen += next == generated[i];
+                if (next != generated[i]) break;
+                next = step(next, P + static_cast<int>(i));
+            }
+            gpu->drop_capture(key);
+            std::printf("[cuda golden] %-18s stepwise (graph): worst NMSE %.3g, top-1 %d/%d, greedy %d/%zu (NMSE %.3g)\n",
+                        name.c_str(), worst, top1, P, same_gen, generated.size(), worst_gen);
+            EXPECT_LE(worst, 1e-8) << "token by token";
+            EXPECT_EQ(top1, P);
+            EXPECT_EQ(same_gen, static_cast<int>(generated.size())) << "greedy continuation";
+            m->free_state(*st);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace df::test

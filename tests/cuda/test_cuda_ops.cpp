@@ -1,0 +1,230 @@
+// CUDA dense ops against the CPU backend on random inputs of awkward sizes.
+#include <algorithm>
+
+#include "cuda_test_util.h"
+
+namespace df::test {
+namespace {
+
+TEST(CudaOps, RmsNormStridedAliasedAndUnweighted) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    for (int n : {1, 37, 256, 5120}) {
+        const int rows = 5, xs = n + 3, os = n + 7;
+        const auto x = randn(g, static_cast<size_t>(rows) * xs, 3.f);
+        const auto w = randn(g, n);
+        Buf<float> xc(cpu, x), xg(gpu, x), wc(cpu, w), wg(gpu, w);
+        Buf<float> oc(cpu, static_cast<size_t>(rows) * os), og(gpu, static_cast<size_t>(rows) * os);
+        for (bool weighted : {true, false}) {
+            og.poison();
+            oc.poison();
+            cpu.rmsnorm(xc.p(), xs, weighted ? wc.p() : nullptr, rows, n, 1e-6f, oc.p(), os);
+            gpu.rmsnorm(xg.p(), xs, weighted ? wg.p() : nullptr, rows, n, 1e-6f, og.p(), os);
+            auto ref = oc.get(), got = og.get();
+            // Compare only the rows' n values (the padding stays NaN on both).
+            std::vector<float> r2, g2;
+            for (int r = 0; r < rows; ++r)
+                for (int i = 0; i < n; ++i) {
+                    r2.push_back(ref[static_cast<size_t>(r) * os + i]);
+                    g2.push_back(got[static_cast<size_t>(r) * os + i]);
+                }
+            EXPECT_TRUE(all_close(g2, r2, tol_rel(r2, 4 * kEps, 1e-30f))) << "n " << n;
+        }
+        // In place.
+        cpu.rmsnorm(xc.p(), xs, wc.p(), rows, n, 1e-6f, xc.p(), xs);
+        gpu.rmsnorm(xg.p(), xs, wg.p(), rows, n, 1e-6f, xg.p(), xs);
+        const auto ref = xc.get();
+        EXPECT_TRUE(all_close(xg.get(), ref, tol_rel(ref, 4 * kEps, 1e-30f))) << "in place, n " << n;
+    }
+}
+
+TEST(CudaOps, HeadNormRopeGatedLayoutLargePositions) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    struct Case { int heads, head_dim, n_rot, stride_mul, T; float base; bool norm; int pos0; };
+    for (const Case c : {Case{4, 256, 64, 2, 3, 1e7f, true, 0}, Case{32, 128, 128, 1, 9, 1e6f, true, 40000},
+                         Case{6, 256, 64, 2, 257, 1e7f, true, 100}, Case{8, 128, 128, 1, 1, 1e4f, false, 7}}) {
+        SCOPED_TRACE("heads " + std::to_string(c.heads) + " dim " + std::to_string(c.head_dim) + " T " + std::to_string(c.T));
+        const int head_stride = c.head_dim * c.stride_mul, row = c.heads * head_stride + 5;
+        const auto x = randn(g, static_cast<size_t>(c.T) * row, 2.f);
+        const auto w = randn(g, c.head_dim);
+        std::vector<int32_t> pos(c.T);
+        for (int t = 0; t < c.T; ++t) pos[t] = c.pos0 + t;
+        Buf<float> xc(cpu, x), xg(gpu, x), wc(cpu, w), wg(gpu, w);
+        Buf<int32_t> pc(cpu, pos), pg(gpu, pos);
+        Step sc, sg;
+        sc.T = sg.T = c.T;
+        sc.pos = pc.p();
+        sg.pos = pg.p();
+        const RopeShape rope{c.n_rot, c.base};
+        cpu.head_norm_rope(xc.p(), c.heads, c.head_dim, head_stride, row, c.norm ? wc.p() : nullptr, 1e-6f, rope, sc);
+        gpu.head_norm_rope(xg.p(), c.heads, c.head_dim, head_stride, row, c.norm ? wg.p() : nullptr, 1e-6f, rope, sg);
+        const auto ref = xc.get();
+        // cos/sin of the same f32 angle may differ by an ulp or two between libm and CUDA.
+        float maxabs = 0;
+        for (float v : ref) maxabs = std::max(maxabs, std::fabs(v));
+        EXPECT_TRUE(all_close(xg.get(), ref, tol_rel(ref, 8 * kEps, 8 * kEps * maxabs)));
+    }
+}
+
+TEST(CudaOps, KvStoreAndAttention) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    struct Case { int heads, kv_heads, head_dim, T, pos0; KvType kt; bool gated; };
+    for (const Case c : {Case{4, 1, 256, 1, 0, KvType::f32, true}, Case{32, 8, 128, 1, 4000, KvType::f16, false},
+                         Case{24, 4, 256, 3, 999, KvType::f32, true}, Case{32, 8, 128, 8, 37, KvType::f32, false},
+                         Case{6, 6, 128, 9, 0, KvType::f16, false}, Case{24, 4, 256, 257, 0, KvType::f32, true},
+                         Case{16, 2, 64, 255, 300, KvType::f16, false}, Case{24, 4, 256, 1, 8191, KvType::f16, true}}) {
+        SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " dim " +
+                     std::to_string(c.head_dim) + " T " + std::to_string(c.T) + " pos0 " + std::to_string(c.pos0) +
+                     (c.kt == KvType::f16 ? " f16" : " f32"));
+        const int D = c.head_dim, kv_dim = c.kv_heads * D, ctx = c.pos0 + c.T + 3;
+        const int q_stride = c.gated ? 2 * D : D, q_row = c.heads * q_stride;
+        const size_t elem = c.kt == KvType::f16 ? 2 : 4;
+        // The cache rows before pos0 come from an earlier store of random rows.
+        Buf<uint8_t> kcc(cpu, elem * ctx * kv_dim, MemKind::kv), vcc(cpu, elem * ctx * kv_dim, MemKind::kv);
+        Buf<uint8_t> kcg(gpu, elem * ctx * kv_dim, MemKind::kv), vcg(gpu, elem * ctx * kv_dim, MemKind::kv);
+        auto store = [&](int p0, int n) {
+            const auto k = randn(g, static_cast<size_t>(n) * kv_dim), v = randn(g, static_cast<size_t>(n) * kv_dim);
+            std::vector<int32_t> pos(n);
+            for (int t = 0; t < n; ++t) pos[t] = p0 + t;
+            Buf<float> kc(cpu, k), vc(cpu, v), kg(gpu, k), vg(gpu, v);
+            Buf<int32_t> pc(cpu, pos), pg(gpu, pos);
+            Step sc, sg;
+            sc.T = sg.T = n;
+            sc.pos = pc.p();
+            sg.pos = pg.p();
+            cpu.kv_store(kc.p(), vc.p(), kcc.p(), vcc.p(), c.kt, kv_dim, sc);
+            gpu.kv_store(kg.p(), vg.p(), kcg.p(), vcg.p(), c.kt, kv_dim, sg);
+        };
+        if (c.pos0) store(0, c.pos0);
+        store(c.pos0, c.T);
+        // kv_store itself: the caches are equal byte for byte.
+        ASSERT_TRUE(kcc.get() == kcg.get() && vcc.get() == vcg.get()) << "kv_store differs";
+
+        const auto q = randn(g, static_cast<size_t>(c.T) * q_row);
+        std::vector<int32_t> pos(c.T);
+        for (int t = 0; t < c.T; ++t) pos[t] = c.pos0 + t;
+        Buf<float> qc(cpu, q), qg(gpu, q), oc(cpu, static_cast<size_t>(c.T) * c.heads * D), og(gpu, static_cast<size_t>(c.T) * c.heads * D);
+        Buf<int32_t> pc(cpu, pos), pg(gpu, pos);
+        og.poison();
+        Step sc, sg;
+        sc.T = sg.T = c.T;
+        sc.pos = pc.p();
+        sg.pos = pg.p();
+        sc.max_ctx = sg.max_ctx = ctx;
+        const AttnShape a{c.heads, c.kv_heads, D, q_stride, q_row, 1.0f / std::sqrt(static_cast<float>(D))};
+        cpu.attention(qc.p(), kcc.p(), vcc.p(), c.kt, a, sc, oc.p());
+        gpu.attention(qg.p(), kcg.p(), vcg.p(), c.kt, a, sg, og.p());
+        // Outputs are convex combinations of V rows (|v| ~ 4 at most); softmax weights carry the
+        // f32 rounding of scores of size ~|q||k| ~ D.
+        const auto ref = oc.get();
+        EXPECT_TRUE(all_close(og.get(), ref, tol_rel(ref, 0.f, 2e-5f * std::sqrt(static_cast<float>(D)))));
+    }
+}
+
+TEST(CudaOps, SigmoidMulAddArgmax) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    {  // sigmoid gate in the gated attention layout
+        const int T = 3, heads = 5, D = 64, n = heads * D, gstride = 2 * D, grow = heads * gstride + 1;
+        const auto x = randn(g, static_cast<size_t>(T) * n), gate = randn(g, static_cast<size_t>(T) * grow, 3.f);
+        Buf<float> xc(cpu, x), xg(gpu, x), gc(cpu, gate), gg(gpu, gate);
+        cpu.sigmoid_mul(xc.p(), n, gc.p() + D, D, gstride, grow, T);
+        gpu.sigmoid_mul(xg.p(), n, gg.p() + D, D, gstride, grow, T);
+        const auto ref = xc.get();
+        EXPECT_TRUE(all_close(xg.get(), ref, tol_rel(ref, 4 * kEps)));
+    }
+    {
+        const int64_t n = 100003;
+        const auto y = randn(g, n), x = randn(g, n);
+        Buf<float> yc(cpu, y), yg(gpu, y), xc(cpu, x), xg(gpu, x);
+        cpu.add(yc.p(), xc.p(), n);
+        gpu.add(yg.p(), xg.p(), n);
+        const auto ref = yc.get();
+        EXPECT_TRUE(all_close(yg.get(), ref, std::vector<float>(n, 0.f)));
+    }
+    {  // ties go to the lowest index; all-equal and negative rows too
+        const int T = 4, n = 248320;
+        auto x = randn(g, static_cast<size_t>(T) * n);
+        x[5000] = x[100000] = x[200000] = 50.f;
+        for (int i = 0; i < n; ++i) x[n + i] = -1.f;
+        x[2 * n + n - 1] = 9.f;
+        x[3 * n + 17] = x[3 * n + 16] = 7.f;
+        Buf<float> xc(cpu, x), xg(gpu, x);
+        Buf<int32_t> oc(cpu, T), og(gpu, T);
+        og.poison();
+        cpu.argmax(xc.p(), T, n, oc.p());
+        gpu.argmax(xg.p(), T, n, og.p());
+        EXPECT_EQ(og.get(), oc.get());
+        EXPECT_EQ(og.get(), (std::vector<int32_t>{5000, 0, n - 1, 16}));
+    }
+}
+
+TEST(CudaOps, GatedRmsNormInPlace) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    const int T = 3, heads = 6, n = 128;
+    const auto x = randn(g, static_cast<size_t>(T) * heads * n, 2.f), z = randn(g, x.size(), 2.f), w = randn(g, n);
+    Buf<float> xc(cpu, x), xg(gpu, x), zc(cpu, z), zg(gpu, z), wc(cpu, w), wg(gpu, w);
+    cpu.gated_rmsnorm(xc.p(), zc.p(), wc.p(), T, heads, n, 1e-6f, xc.p());
+    gpu.gated_rmsnorm(xg.p(), zg.p(), wg.p(), T, heads, n, 1e-6f, xg.p());
+    const auto ref = xc.get();
+    EXPECT_TRUE(all_close(xg.get(), ref, tol_rel(ref, 8 * kEps, 1e-30f)));
+}
+
+// conv + delta rule over two consecutive calls (the carried state matters), Hv != Hk.
+TEST(CudaOps, GdnConvAndDeltaRuleCarryState) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    const GdnShape gs{2, 6, 128, 4};
+    const int C = gs.channels(), Hv = gs.v_heads, D = gs.head_dim;
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f), a_dist(1.f, 16.f), dt(-7.f, -2.f);
+    std::vector<float> convw(static_cast<size_t>(C) * gs.conv_kernel), dt_bias(Hv), a_neg(Hv);
+    for (auto& v : convw) v = u(g);
+    for (auto& v : a_neg) v = -a_dist(g);
+    for (auto& v : dt_bias) v = dt(g);
+    Buf<float> cwc(cpu, convw), cwg(gpu, convw), dbc(cpu, dt_bias), dbg(gpu, dt_bias), anc(cpu, a_neg), ang(gpu, a_neg);
+    Buf<float> csc(cpu, static_cast<size_t>(gs.conv_kernel - 1) * C, MemKind::state), csg(gpu, static_cast<size_t>(gs.conv_kernel - 1) * C, MemKind::state);
+    Buf<float> ssc(cpu, static_cast<size_t>(Hv) * D * D, MemKind::state), ssg(gpu, static_cast<size_t>(Hv) * D * D, MemKind::state);
+    for (int T : {3, 1, 64, 9}) {
+        SCOPED_TRACE("T " + std::to_string(T));
+        const auto qkv = randn(g, static_cast<size_t>(T) * C), alpha = randn(g, static_cast<size_t>(T) * Hv),
+                   beta = randn(g, static_cast<size_t>(T) * Hv);
+        Buf<float> xc(cpu, qkv), xg(gpu, qkv), alc(cpu, alpha), alg(gpu, alpha), bec(cpu, beta), beg(gpu, beta);
+        cpu.gdn_conv(xc.p(), T, gs, cwc.p(), csc.p());
+        gpu.gdn_conv(xg.p(), T, gs, cwg.p(), csg.p());
+        const auto conv_ref = xc.get();
+        // Products rounded one by one in tap order on both sides; silu's expf may differ by an ulp.
+        EXPECT_TRUE(all_close(xg.get(), conv_ref, tol_rel(conv_ref, 4 * kEps, 1e-30f))) << "conv";
+        const auto st_ref = csc.get();
+        EXPECT_TRUE(all_close(csg.get(), st_ref, std::vector<float>(st_ref.size(), 0.f))) << "conv state";
+        xg.set(conv_ref);  // the delta rule gets identical inputs
+
+        Buf<float> oc(cpu, static_cast<size_t>(T) * Hv * D), og(gpu, static_cast<size_t>(T) * Hv * D);
+        og.poison();
+        cpu.gdn_delta(xc.p(), alc.p(), bec.p(), dbc.p(), anc.p(), T, gs, 1e-6f, ssc.p(), oc.p());
+        gpu.gdn_delta(xg.p(), alg.p(), beg.p(), dbg.p(), ang.p(), T, gs, 1e-6f, ssg.p(), og.p());
+        // |S| stays O(1) (normalised keys, decay <= 1); each output is a 128-term dot with |q| = 1.
+        const auto out_ref = oc.get();
+        EXPECT_TRUE(all_close(og.get(), out_ref, tol_rel(out_ref, 0.f, 2e-5f))) << "delta out";
+        const auto s_ref = ssc.get();
+        EXPECT_TRUE(all_close(ssg.get(), s_ref, tol_rel(s_ref, 0.f, 2e-5f))) << "delta state";
+        ssg.set(s_ref);
+    }
+}
+
+}  // namespace
+}  // namespace df::test
