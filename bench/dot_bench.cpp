@@ -28,12 +28,13 @@ double thread_seconds() {
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Best-of-reps seconds for one pass of all matrices with T tokens.
+// Best-of-reps seconds for one pass of all matrices with T tokens (best-of filters out the
+// passes another process interrupted).
 double time_pass(Type t, const std::vector<std::vector<uint8_t>>& mats, const std::vector<float>& x, int T,
-                 std::vector<float>& out) {
+                 std::vector<float>& out, int reps) {
     const size_t rb = df::quant::row_bytes(t, kCols);
     double best = 1e30;
-    for (int rep = 0; rep < 4; ++rep) {
+    for (int rep = 0; rep < reps; ++rep) {
         const double t0 = thread_seconds();
         for (const auto& m : mats)
             for (int64_t r = 0; r < kRows; ++r)
@@ -76,10 +77,10 @@ int main(int argc, char** argv) {
         }
         const std::vector<std::vector<uint8_t>> one(mats.begin(), mats.begin() + 1);
         const double gb = bytes / 1e9;
-        const double warm1 = time_pass(t, one, x, 1, out);
-        const double cold1 = time_pass(t, mats, x, 1, out) / mats.size();
-        const double warm8 = time_pass(t, one, x, 8, out);
-        const double warm32 = time_pass(t, one, x, 32, out);
+        const double warm1 = time_pass(t, one, x, 1, out, 15);
+        const double cold1 = time_pass(t, mats, x, 1, out, 3) / mats.size();
+        const double warm8 = time_pass(t, one, x, 8, out, 5);
+        const double warm32 = time_pass(t, one, x, 32, out, 3);
         std::printf("%-8s %9.1f %8.1f GB/s %6.1f GB/s %6.1f GB/s %6.1f GB/s %9.2f\n",
                     std::string(df::quant::type_name(t)).c_str(), bytes / 1e6, gb / warm1, gb / cold1, gb / warm8,
                     gb / warm32, kRows * kCols / warm1 / 1e9);

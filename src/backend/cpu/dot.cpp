@@ -16,21 +16,27 @@ using detail::Kernel;
 
 constexpr uint32_t kMaxTypeId = 64;
 
-// Built once: every table type must have a kernel (test_backend walks the table).
-const std::array<Kernel, kMaxTypeId>& kernels() {
+struct Entry {
+    Kernel kernel;
+    const quant::TypeInfo* info = nullptr;  // null: not a weight type
+};
+
+// Built once, indexed by type id, so a call costs no search (rows can be as short as 1024
+// elements). Every table type must have a kernel (test_backend walks the table).
+const std::array<Entry, kMaxTypeId>& entries() {
     static const auto table = [] {
-        std::array<Kernel, kMaxTypeId> k{};
+        std::array<Entry, kMaxTypeId> e{};
         for (const auto& ti : quant::kTypeTable) {
             for (auto find : {detail::kernel_float, detail::kernel_legacy, detail::kernel_k, detail::kernel_iq,
                               detail::kernel_scalar}) {
                 const Kernel c = find(ti.type);
                 if (c.dot) {
-                    k[static_cast<uint32_t>(ti.type)] = c;
+                    e[static_cast<uint32_t>(ti.type)] = {c, &ti};
                     break;
                 }
             }
         }
-        return k;
+        return e;
     }();
     return table;
 }
@@ -38,13 +44,13 @@ const std::array<Kernel, kMaxTypeId>& kernels() {
 // The kernel for `type`, after checking the row length; throws naming what is wrong.
 const Kernel& kernel_for(quant::Type type, int64_t n, const char* what) {
     const auto id = static_cast<uint32_t>(type);
-    const quant::TypeInfo* ti = quant::type_info(id);
-    if (!ti || id >= kMaxTypeId || !kernels()[id].dot)
+    const Entry* e = id < kMaxTypeId ? &entries()[id] : nullptr;
+    if (!e || !e->info)
         throw std::invalid_argument(std::string(what) + ": unsupported weight type id " + std::to_string(id));
-    if (n < 0 || n % ti->block_elems != 0)
+    if (n < 0 || n % e->info->block_elems != 0)
         throw std::invalid_argument(std::string(what) + ": " + std::to_string(n) + " elements is not a multiple of the " +
-                                    std::string(ti->name) + " block size " + std::to_string(ti->block_elems));
-    return kernels()[id];
+                                    std::string(e->info->name) + " block size " + std::to_string(e->info->block_elems));
+    return e->kernel;
 }
 
 }  // namespace

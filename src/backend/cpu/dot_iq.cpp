@@ -2,9 +2,9 @@
 //
 // A weight is (group scale) * (grid magnitude with its sign bit flipped where the sign mask says):
 // the scale stays factored (kScale 1, or 2 where each half group has its own); their product is
-// the reference's (scale * grid) * (+/-1). The grids of the two hottest types are
-// expanded once to f32 rows (one load per 8 weights instead of a byte expansion and a convert);
-// sign masks come from one 256-entry table of sign-bit vectors.
+// the reference's (scale * grid) * (+/-1). The grids (except IQ2_S's 1024 rows, which would not
+// fit L1) are expanded once to f32 rows, so 8 weights cost one or two loads instead of a byte
+// expansion and a convert; sign masks come from tables of sign-bit vectors.
 #include "backend/cpu/dot_kernel.h"
 #include "quant/grids.h"
 
@@ -18,6 +18,8 @@ struct Tables {
     alignas(32) uint32_t sign7[128][8];  // the same for a 7-bit ksigns index (parity bit added)
     alignas(32) float iq2xxs[256][8];
     alignas(32) float iq2xs[512][8];
+    alignas(16) float iq3xxs[256][4];
+    alignas(16) float iq3s[512][4];
     float half_scale[16];                // (0.5 + s) / 4: d * this is exact, as d * (0.5 + s) * 0.25
     Tables() {
         for (int i = 0; i < 256; ++i)
@@ -29,6 +31,10 @@ struct Tables {
             for (int j = 0; j < 8; ++j) iq2xxs[i][j] = quant::grid_byte(quant::iq2xxs_grid[i], j);
         for (int i = 0; i < 512; ++i)
             for (int j = 0; j < 8; ++j) iq2xs[i][j] = quant::grid_byte(quant::iq2xs_grid[i], j);
+        for (int i = 0; i < 256; ++i)
+            for (int j = 0; j < 4; ++j) iq3xxs[i][j] = quant::grid_byte(quant::iq3xxs_grid[i], j);
+        for (int i = 0; i < 512; ++i)
+            for (int j = 0; j < 4; ++j) iq3s[i][j] = quant::grid_byte(quant::iq3s_grid[i], j);
     }
 };
 // The grids are constant-initialized data, so building from them at static-init time is safe.
@@ -39,6 +45,11 @@ DF_DOT_INLINE __m256 with_signs(__m256 grid, uint8_t signs) {
 }
 DF_DOT_INLINE __m256 with_signs7(__m256 grid, uint32_t ksigns_index) {
     return _mm256_xor_ps(grid, _mm256_load_ps(reinterpret_cast<const float*>(kTables.sign7[ksigns_index])));
+}
+
+// Two 4-value grid rows of f32 as one group of 8.
+DF_DOT_INLINE __m256 grid4x2(const float* a, const float* b) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_load_ps(a)), _mm_load_ps(b), 1);
 }
 
 // The IQ2 group scale d * (0.5 + s) * 0.25 (both products exact, so one multiply gives it).
@@ -123,9 +134,8 @@ struct DecIQ3_XXS {
         const uint32_t aux = load_u32(s.q + 64 + 4 * G);
         w.s[0] = _mm256_set1_ps(s.d * (2.0f * kTables.half_scale[aux >> 28]));  // d * (0.5 + s) * 0.5, exact
         for (int l = 0; l < 4; ++l) {
-            const uint64_t grid = quant::iq3xxs_grid[s.q[8 * G + 2 * l]] |
-                                  static_cast<uint64_t>(quant::iq3xxs_grid[s.q[8 * G + 2 * l + 1]]) << 32;
-            w.v[l] = with_signs7(u8x8_to_f32(grid), (aux >> (7 * l)) & 127);
+            const __m256 grid = grid4x2(kTables.iq3xxs[s.q[8 * G + 2 * l]], kTables.iq3xxs[s.q[8 * G + 2 * l + 1]]);
+            w.v[l] = with_signs7(grid, (aux >> (7 * l)) & 127);
         }
     }
 };
@@ -149,8 +159,7 @@ struct DecIQ3_S {
         for (int l = 0; l < 4; ++l) {
             const int i0 = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
             const int i1 = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
-            const uint64_t grid = quant::iq3s_grid[i0] | static_cast<uint64_t>(quant::iq3s_grid[i1]) << 32;
-            w.v[l] = with_signs(u8x8_to_f32(grid), s.b[74 + 4 * G + l]);
+            w.v[l] = with_signs(grid4x2(kTables.iq3s[i0], kTables.iq3s[i1]), s.b[74 + 4 * G + l]);
         }
     }
 };
