@@ -28,7 +28,7 @@ const std::array<Entry, kMaxTypeId>& entries() {
         std::array<Entry, kMaxTypeId> e{};
         for (const auto& ti : quant::kTypeTable) {
             for (auto find : {detail::kernel_float, detail::kernel_legacy, detail::kernel_k, detail::kernel_iq,
-                              detail::kernel_scalar}) {
+                              detail::kernel_low, detail::kernel_scalar}) {
                 const Kernel c = find(ti.type);
                 if (c.dot) {
                     e[static_cast<uint32_t>(ti.type)] = {c, &ti};

@@ -14,18 +14,15 @@ namespace {
 using quant::ksigns_iq2xs;
 
 struct Tables {
-    alignas(32) uint32_t sign[256][8];   // bit j of the index -> 0x80000000 in lane j
-    alignas(32) uint32_t sign7[128][8];  // the same for a 7-bit ksigns index (parity bit added)
+    alignas(32) uint32_t sign7[128][8];  // kSignMasks row of a 7-bit ksigns index (parity bit added)
     alignas(32) float iq2xxs[256][8];
     alignas(32) float iq2xs[512][8];
     alignas(16) float iq3xxs[256][4];
     alignas(16) float iq3s[512][4];
     float half_scale[16];                // (0.5 + s) / 4: d * this is exact, as d * (0.5 + s) * 0.25
     Tables() {
-        for (int i = 0; i < 256; ++i)
-            for (int j = 0; j < 8; ++j) sign[i][j] = (i >> j) & 1 ? 0x80000000u : 0u;
         for (int i = 0; i < 128; ++i)
-            for (int j = 0; j < 8; ++j) sign7[i][j] = sign[ksigns_iq2xs[i]][j];
+            for (int j = 0; j < 8; ++j) sign7[i][j] = kSignMasks.m[ksigns_iq2xs[i]][j];
         for (int i = 0; i < 16; ++i) half_scale[i] = (0.5f + static_cast<float>(i)) * 0.25f;
         for (int i = 0; i < 256; ++i)
             for (int j = 0; j < 8; ++j) iq2xxs[i][j] = quant::grid_byte(quant::iq2xxs_grid[i], j);
@@ -40,9 +37,7 @@ struct Tables {
 // The grids are constant-initialized data, so building from them at static-init time is safe.
 const Tables kTables;
 
-DF_DOT_INLINE __m256 with_signs(__m256 grid, uint8_t signs) {
-    return _mm256_xor_ps(grid, _mm256_load_ps(reinterpret_cast<const float*>(kTables.sign[signs])));
-}
+DF_DOT_INLINE __m256 with_signs(__m256 grid, uint8_t signs) { return flip_signs(grid, signs); }
 DF_DOT_INLINE __m256 with_signs7(__m256 grid, uint32_t ksigns_index) {
     return _mm256_xor_ps(grid, _mm256_load_ps(reinterpret_cast<const float*>(kTables.sign7[ksigns_index])));
 }

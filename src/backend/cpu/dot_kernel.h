@@ -48,6 +48,7 @@ Kernel kernel_float(quant::Type t);
 Kernel kernel_legacy(quant::Type t);
 Kernel kernel_k(quant::Type t);
 Kernel kernel_iq(quant::Type t);
+Kernel kernel_low(quant::Type t);
 Kernel kernel_scalar(quant::Type t);
 
 // ---- small helpers ---------------------------------------------------------------------------
@@ -89,6 +90,22 @@ DF_DOT_INLINE void i8x32_to_f32(__m256i q, W32& w) {
 // 8 unsigned bytes packed in a u64 (a grid entry) -> 8 floats.
 DF_DOT_INLINE __m256 u8x8_to_f32(uint64_t bytes) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))));
+}
+
+// Lane j of row i is 0x80000000 where bit j of i is set: xor flips the signs a mask byte names.
+struct SignTable {
+    alignas(32) uint32_t m[256][8];
+};
+constexpr SignTable make_sign_table() {
+    SignTable t{};
+    for (int i = 0; i < 256; ++i)
+        for (int j = 0; j < 8; ++j) t.m[i][j] = (i >> j) & 1 ? 0x80000000u : 0u;
+    return t;
+}
+inline constexpr SignTable kSignMasks = make_sign_table();
+
+DF_DOT_INLINE __m256 flip_signs(__m256 v, uint8_t mask) {
+    return _mm256_xor_ps(v, _mm256_load_ps(reinterpret_cast<const float*>(kSignMasks.m[mask])));
 }
 
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).

@@ -1,5 +1,5 @@
-// row_dot for the types without a SIMD decoder (IQ1_S, IQ1_M, TQ1_0, TQ2_0, NVFP4, Q1_0, Q2_0):
-// each block is dequantized by the scalar reference into a stack buffer, then read back.
+// row_dot for the types without a SIMD decoder (TQ1_0; any new type until it gets one): each
+// block is dequantized by the scalar reference into a stack buffer, then read back.
 #include "backend/cpu/dot_kernel.h"
 #include "quant/dequant_impl.h"
 
@@ -31,13 +31,7 @@ Kernel kernel_scalar(quant::Type t) {
     using namespace quant::detail;
     using quant::Type;
     switch (t) {
-        case Type::IQ1_S: return scalar_kernel<dequant_iq1_s, Type::IQ1_S>();
-        case Type::IQ1_M: return scalar_kernel<dequant_iq1_m, Type::IQ1_M>();
         case Type::TQ1_0: return scalar_kernel<dequant_tq1_0, Type::TQ1_0>();
-        case Type::TQ2_0: return scalar_kernel<dequant_tq2_0, Type::TQ2_0>();
-        case Type::NVFP4: return scalar_kernel<dequant_nvfp4, Type::NVFP4>();
-        case Type::Q1_0: return scalar_kernel<dequant_q1_0, Type::Q1_0>();
-        case Type::Q2_0: return scalar_kernel<dequant_q2_0, Type::Q2_0>();
         default: return {};
     }
 }
