@@ -1,0 +1,143 @@
+// diskformer text generation over a Session: sampling, streamed UTF-8 text with the reasoning
+// (<think>…</think>) reported apart from the answer, stop conditions and timing; and Chat, a
+// multi-turn conversation in Qwen's chat format that reuses the cached prefix between turns.
+//
+//   diskformer::Session s(model);
+//   diskformer::Chat chat(s, {.system = "Be brief."});
+//   auto r = chat.send("Why is the sky blue?", {.max_tokens = 256},
+//                      [](const diskformer::Piece& p) { std::fputs(std::string(p.text).c_str(), stdout); });
+//   // r.text, r.reasoning, r.stats.decode_tok_s()
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "diskformer/diskformer.h"
+
+namespace diskformer {
+
+struct GenerateOptions {
+    int max_tokens = -1;             // new tokens at most; -1: until an end token or a full context
+    std::vector<std::string> stop;   // generation ends before the first of these (never emitted)
+    float temperature = 0;           // 0: greedy (argmax), the default
+    int top_k = 40;                  // sample among the k most likely tokens (0: all)
+    float top_p = 0.95f;             // … then the fewest whose probability reaches p (1: all)
+    float min_p = 0.05f;             // … then those at least min_p × the likeliest (0: all)
+    float repeat_penalty = 1;        // recent tokens: positive logits ÷ r, negative × r (1: off)
+    float presence_penalty = 0;      // recent tokens: logit − this (0: off)
+    int penalty_window = 64;         // how many recent tokens (prompt included) the penalties see
+    uint64_t seed = 0;               // same seed, options and prompt: same tokens
+    // Checked between tokens and between prompt chunks; set it from any thread or a signal
+    // handler to end generation early (StopReason::aborted). Not cleared by generate().
+    const std::atomic<bool>* abort = nullptr;
+};
+
+// Which part of an answer a piece of text belongs to: the model's thinking, or the answer.
+enum class Part { reasoning, answer };
+
+enum class StopReason { end_token, stop_string, max_tokens, context_full, aborted };
+const char* to_string(StopReason reason);
+
+struct Piece {
+    std::string_view text;  // whole UTF-8 characters; may be empty (held back, or a tag/control token)
+    Part part;              // the part `text` belongs to
+    int32_t token;          // the token generated just now (each is reported once, in order)
+    bool last;              // generation ends with this piece
+};
+// Called once per generated token, on the generating thread; `text` is valid during the call.
+using StreamCallback = std::function<void(const Piece&)>;
+
+struct GenerateStats {
+    int64_t prompt_tokens = 0;     // tokens in the prompt
+    int64_t reused_tokens = 0;     // of those, taken from the session's cache (not evaluated)
+    int64_t generated_tokens = 0;  // new tokens, an end token included
+    double prefill_ms = 0;         // evaluating the prompt tokens that were not reused
+    double ttft_ms = 0;            // time to first token: from the call until it was chosen
+    double decode_ms = 0;          // from the first new token to the last
+    // Prompt tokens evaluated per second (0 when all were reused).
+    double prefill_tok_s() const {
+        return prefill_ms > 0 ? (prompt_tokens - reused_tokens) * 1e3 / prefill_ms : 0;
+    }
+    // Tokens per second after the first (each needs one forward pass).
+    double decode_tok_s() const {
+        return decode_ms > 0 && generated_tokens > 1 ? (generated_tokens - 1) * 1e3 / decode_ms : 0;
+    }
+};
+
+struct GenerateResult {
+    std::string text;             // the answer: what was streamed as Part::answer
+    std::string reasoning;        // the thinking (Part::reasoning), without the tags
+    std::vector<int32_t> tokens;  // every generated token in order, an end token included
+    StopReason stop = StopReason::end_token;
+    GenerateStats stats;
+};
+
+// Makes the session hold `prompt` (Session::set_prompt: the cached prefix is reused), then
+// generates until an end-of-generation token, a stop string, max_tokens, a full context or
+// abort, streaming each token to on_piece. The prompt is in reasoning when it ends inside an
+// open <think> (as a thinking chat prompt does); <think>/</think> tokens switch parts and are
+// not emitted, nor are the newlines next to them. The session holds the prompt and every
+// generated token but the last afterwards. Throws Error for bad options, a model without a
+// tokenizer, or a prompt longer than the context.
+GenerateResult generate(Session& session, std::span<const int32_t> prompt,
+                        const GenerateOptions& options = {}, const StreamCallback& on_piece = {});
+
+enum class Thinking {
+    automatic,  // the model's template default: qwen35 opens <think>, qwen3 lets the model decide
+    on,         // the answer starts with the model thinking
+    off,        // an empty <think></think> block: answer directly
+};
+
+struct ChatOptions {
+    std::string system;  // system prompt; empty: none
+    Thinking thinking = Thinking::automatic;
+    // true: earlier turns stay in the context exactly as generated (thinking included), so each
+    // turn extends the cache and nothing is evaluated twice, on every model. false: the history
+    // is re-rendered as Qwen's template does, without earlier thinking; the prompt then departs
+    // from the cache at the last answer, and hybrid (qwen35) models, which cannot rewind their
+    // recurrent state, evaluate the whole conversation again each turn.
+    bool keep_reasoning = true;
+};
+
+struct ChatMessage {
+    std::string role;       // "system", "user" or "assistant"
+    std::string content;
+    std::string reasoning;  // assistant thinking, when there was any
+};
+
+class Chat {
+public:
+    // The session must outlive the chat; the chat owns what it caches from then on.
+    explicit Chat(Session& session, ChatOptions options = {});
+
+    // Adds a user turn, generates the assistant's answer and records both. User text is never
+    // parsed for control tokens. A turn aborted before its first token leaves no trace.
+    // Throws Error when the conversation no longer fits the context (reset() to go on).
+    GenerateResult send(std::string_view user_text, const GenerateOptions& options = {},
+                        const StreamCallback& on_piece = {});
+
+    // Forgets the conversation (the system prompt stays; its cached tokens are reused).
+    void reset();
+    void set_thinking(Thinking thinking);
+    Thinking thinking() const { return options_.thinking; }
+    const std::vector<ChatMessage>& messages() const { return messages_; }
+    // Why the model's own chat template may not match the Qwen format used here; empty if fine.
+    const std::string& template_warning() const { return template_warning_; }
+    // The tokens the next send(user_text) would feed (for inspection and tests).
+    std::vector<int32_t> prompt_for(std::string_view user_text) const;
+
+private:
+    Session* session_;
+    ChatOptions options_;
+    std::vector<ChatMessage> messages_;
+    std::vector<int32_t> history_;  // keep_reasoning: the conversation's exact tokens so far
+    uint64_t turn_ = 0;
+    std::string template_warning_;
+};
+
+}  // namespace diskformer

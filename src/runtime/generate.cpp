@@ -1,0 +1,133 @@
+// The generation loop: prefill (abortable, reusing the cache), then sample → stream → step.
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "diskformer/generate.h"
+#include "runtime/model_impl.h"
+#include "runtime/sampling.h"
+#include "runtime/text_stream.h"
+
+namespace diskformer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+bool aborted(const GenerateOptions& o) { return o.abort && o.abort->load(std::memory_order_relaxed); }
+
+// Prompt tokens evaluated between abort checks: a long prompt on a slow CPU stays interruptible.
+constexpr size_t kPrefillSlice = 512;
+
+// Makes the session hold `prompt` like Session::set_prompt, but in slices with an abort check
+// between them. Returns the reused tokens, or -1 when aborted (the cache then holds a prefix
+// of the prompt, which the next call reuses).
+int prefill(Session& s, std::span<const int32_t> prompt, const GenerateOptions& o) {
+    const auto& cached = s.tokens();
+    size_t common = 0;
+    while (common < cached.size() && common < prompt.size() && cached[common] == prompt[common]) ++common;
+    // A hybrid model departing from its cache restarts from token 0 (its recurrent state cannot
+    // rewind), so its first slice starts there too.
+    const bool restarts = common < cached.size() && s.model().impl().model->config().n_recurrent() > 0;
+    const size_t first = std::min(prompt.size(), (restarts ? 0 : common) + kPrefillSlice);
+    const int reused = s.set_prompt(prompt.first(first));
+    for (size_t off = first; off < prompt.size(); off += kPrefillSlice) {
+        if (aborted(o)) return -1;
+        s.append(prompt.subspan(off, std::min(kPrefillSlice, prompt.size() - off)));
+    }
+    return reused;
+}
+
+}  // namespace
+
+const char* to_string(StopReason reason) {
+    switch (reason) {
+        case StopReason::end_token: return "end token";
+        case StopReason::stop_string: return "stop string";
+        case StopReason::max_tokens: return "max tokens";
+        case StopReason::context_full: return "context full";
+        case StopReason::aborted: return "aborted";
+    }
+    return "?";
+}
+
+GenerateResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
+                        const StreamCallback& on_piece) {
+    sampling::check_options(options);
+    const auto& mi = session.model().impl();
+    if (!mi.tokenizer) throw Error("this model has no usable tokenizer: " + mi.tokenizer_error);
+    const auto& tok = *mi.tokenizer;
+    if (prompt.empty()) throw Error("generate: the prompt is empty");
+    if (prompt.size() > static_cast<size_t>(session.n_ctx()))
+        throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens but the context holds " +
+                    std::to_string(session.n_ctx()) + " (raise --ctx or shorten the prompt)");
+
+    GenerateResult r;
+    r.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
+    const auto t0 = Clock::now();
+    if (aborted(options)) {
+        r.stop = StopReason::aborted;
+        return r;
+    }
+    const int reused = prefill(session, prompt, options);
+    const auto t_prefilled = Clock::now();
+    r.stats.prefill_ms = ms_between(t0, t_prefilled);
+    if (reused < 0) {
+        r.stop = StopReason::aborted;
+        r.stats.reused_tokens = 0;
+        return r;
+    }
+    r.stats.reused_tokens = reused;
+    if (options.max_tokens == 0) {
+        r.stop = StopReason::max_tokens;
+        return r;
+    }
+
+    sampling::Sampler sampler(options);
+    TextStream text(tok, options.stop, TextStream::start_part(tok, prompt));
+    // The penalty window: the last tokens of prompt + generation.
+    const size_t window = static_cast<size_t>(options.penalty_window);
+    std::vector<int32_t> recent(prompt.end() - std::min(prompt.size(), window), prompt.end());
+    int32_t greedy_next = sampler.is_plain_greedy() ? session.argmax() : -1;
+    Clock::time_point t_first;
+    for (;;) {
+        int32_t id = greedy_next;
+        if (id < 0) {
+            std::vector<float> logits = session.logits();
+            id = sampler.sample(logits, recent);
+        }
+        if (r.tokens.empty()) {
+            t_first = Clock::now();
+            r.stats.ttft_ms = ms_between(t0, t_first);
+        }
+        r.tokens.push_back(id);
+        if (window) {
+            if (recent.size() == window) recent.erase(recent.begin());
+            recent.push_back(id);
+        }
+
+        bool end = true;
+        if (tok.is_eog(id)) r.stop = StopReason::end_token;
+        else if (options.max_tokens >= 0 && r.tokens.size() >= static_cast<size_t>(options.max_tokens)) r.stop = StopReason::max_tokens;
+        else if (session.n_cached() >= session.n_ctx()) r.stop = StopReason::context_full;
+        else if (aborted(options)) r.stop = StopReason::aborted;
+        else end = false;
+        const TextStream::Out out = text.push(id, end);
+        if (out.stopped) {
+            r.stop = StopReason::stop_string;
+            end = true;
+        }
+        (out.part == Part::reasoning ? r.reasoning : r.text) += out.text;
+        if (on_piece) on_piece(Piece{out.text, out.part, id, end});
+        if (end) break;
+        const int32_t next = session.step(id);
+        greedy_next = sampler.is_plain_greedy() ? next : -1;
+    }
+    r.stats.generated_tokens = static_cast<int64_t>(r.tokens.size());
+    r.stats.decode_ms = ms_between(t_first, Clock::now());
+    return r;
+}
+
+}  // namespace diskformer

@@ -1,0 +1,146 @@
+#include "runtime/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace diskformer::sampling {
+namespace {
+
+uint64_t splitmix64(uint64_t& x) {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+    for (auto& s : s_) s = splitmix64(seed);
+}
+
+uint64_t Rng::next() {
+    const uint64_t out = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return out;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+void check_options(const GenerateOptions& o) {
+    auto bad = [](const std::string& what) { throw Error("generate: " + what); };
+    if (o.max_tokens < -1) bad("max_tokens must be -1 (no limit) or at least 0, got " + std::to_string(o.max_tokens));
+    if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
+        bad("temperature must be 0 (greedy) or positive, got " + std::to_string(o.temperature));
+    if (o.top_k < 0) bad("top_k must be 0 (off) or positive, got " + std::to_string(o.top_k));
+    if (!(o.top_p > 0 && o.top_p <= 1)) bad("top_p must be in (0, 1], got " + std::to_string(o.top_p));
+    if (!(o.min_p >= 0 && o.min_p < 1)) bad("min_p must be in [0, 1), got " + std::to_string(o.min_p));
+    if (!(o.repeat_penalty > 0) || !std::isfinite(o.repeat_penalty))
+        bad("repeat_penalty must be positive (1: off), got " + std::to_string(o.repeat_penalty));
+    if (!std::isfinite(o.presence_penalty)) bad("presence_penalty must be finite");
+    if (o.penalty_window < 0) bad("penalty_window must be 0 or positive, got " + std::to_string(o.penalty_window));
+    for (const auto& s : o.stop)
+        if (s.empty()) bad("a stop string is empty");
+}
+
+Sampler::Sampler(const GenerateOptions& o)
+    : o_(o),
+      plain_greedy_(o.temperature == 0 &&
+                    (o.penalty_window == 0 || (o.repeat_penalty == 1 && o.presence_penalty == 0))),
+      rng_(o.seed) {}
+
+void Sampler::apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const {
+    if (o_.penalty_window == 0 || (o_.repeat_penalty == 1 && o_.presence_penalty == 0)) return;
+    const size_t n = std::min(recent.size(), static_cast<size_t>(o_.penalty_window));
+    // Each distinct token is penalised once however often it occurs (llama.cpp's repeat and
+    // presence penalties; frequency penalties would count).
+    std::vector<int32_t> ids(recent.end() - n, recent.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (int32_t id : ids) {
+        if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
+        float& l = logits[id];
+        l = l > 0 ? l / o_.repeat_penalty : l * o_.repeat_penalty;
+        l -= o_.presence_penalty;
+    }
+}
+
+void Sampler::truncate(std::vector<Cand>& c) const {
+    // A total order (logit, then lower id first) so that every sort below has one result and
+    // the same seed gives the same token with any standard library.
+    auto before = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+    const size_t k = o_.top_k > 0 ? std::min(c.size(), static_cast<size_t>(o_.top_k)) : c.size();
+    if (k < c.size()) {
+        std::nth_element(c.begin(), c.begin() + k, c.end(), before);
+        c.resize(k);
+    }
+    if (o_.top_p < 1) {
+        // Sort only as far as the mass reaches p: usually a few dozen of 150k tokens.
+        const float lmax = std::max_element(c.begin(), c.end(), [](const Cand& a, const Cand& b) { return a.logit < b.logit; })->logit;
+        double z = 0;
+        for (const auto& x : c) z += std::exp(static_cast<double>(x.logit - lmax));
+        const double want = o_.top_p * z;
+        double cum = 0;
+        size_t sorted = 0, keep = c.size();
+        bool reached = false;
+        while (sorted < c.size() && !reached) {
+            // partial_sort is a heap: good for a short head, slower than sort for a long one.
+            size_t upto = std::max<size_t>(64, sorted * 8);
+            if (upto >= c.size() / 4) {
+                upto = c.size();
+                std::sort(c.begin() + sorted, c.end(), before);
+            } else {
+                std::partial_sort(c.begin() + sorted, c.begin() + upto, c.end(), before);
+            }
+            for (; sorted < upto; ++sorted) {
+                cum += std::exp(static_cast<double>(c[sorted].logit - lmax));
+                if (cum >= want) {
+                    keep = sorted + 1;
+                    reached = true;
+                    break;
+                }
+            }
+        }
+        c.resize(keep);
+    }
+    std::sort(c.begin(), c.end(), before);
+    if (o_.min_p > 0) {
+        const float floor = c.front().logit + std::log(o_.min_p);
+        c.erase(std::find_if(c.begin() + 1, c.end(), [&](const Cand& x) { return x.logit < floor; }), c.end());
+    }
+}
+
+int32_t Sampler::sample(std::vector<float>& logits, std::span<const int32_t> recent) {
+    if (logits.empty()) throw Error("generate: no logits to sample from");
+    apply_penalties(logits, recent);
+    if (o_.temperature == 0) {
+        // max_element returns the first maximum: the lowest id wins a tie.
+        return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    cands_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) cands_[i] = {logits[i], static_cast<int32_t>(i)};
+    truncate(cands_);
+    // Temperature scales the survivors only (llama.cpp's order: truncate, then temperature).
+    const float lmax = cands_.front().logit;
+    std::vector<double> w(cands_.size());
+    double total = 0;
+    for (size_t i = 0; i < cands_.size(); ++i) total += w[i] = std::exp((cands_[i].logit - lmax) / o_.temperature);
+    const double u = rng_.uniform() * total;
+    double cum = 0;
+    for (size_t i = 0; i < cands_.size(); ++i) {
+        cum += w[i];
+        if (u < cum) return cands_[i].id;
+    }
+    return cands_.back().id;  // u within rounding of total
+}
+
+}  // namespace diskformer::sampling

@@ -1,0 +1,54 @@
+// Host-side token sampling: penalties, top-k / top-p / min-p truncation, temperature, and a
+// seeded RNG so that the same seed picks the same tokens on every machine.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "diskformer/generate.h"
+
+namespace diskformer::sampling {
+
+// xoshiro256** seeded through splitmix64: fast, and the same stream everywhere (std::mt19937 is
+// too, but std:: distributions are not specified bit for bit, so we draw uniforms ourselves).
+class Rng {
+public:
+    explicit Rng(uint64_t seed);
+    uint64_t next();
+    double uniform();  // in [0, 1), 53 random bits
+
+private:
+    uint64_t s_[4];
+};
+
+// Throws Error naming the first option out of range.
+void check_options(const GenerateOptions& o);
+
+class Sampler {
+public:
+    explicit Sampler(const GenerateOptions& o);
+
+    // True when the choice is the plain argmax of the logits, so a caller can use the backend's
+    // argmax and skip copying the logits to the host.
+    bool is_plain_greedy() const { return plain_greedy_; }
+
+    // Picks a token from next-token logits (modified in place); recent: the tokens the penalties
+    // see. Ties go to the lowest id, as the backends' argmax does.
+    int32_t sample(std::vector<float>& logits, std::span<const int32_t> recent);
+
+private:
+    struct Cand {
+        float logit;
+        int32_t id;
+    };
+    void apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const;
+    void truncate(std::vector<Cand>& c) const;  // top-k, top-p, min-p; leaves c sorted by logit
+
+    GenerateOptions o_;
+    bool plain_greedy_;
+    Rng rng_;
+    std::vector<Cand> cands_;
+};
+
+}  // namespace diskformer::sampling

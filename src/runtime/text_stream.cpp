@@ -1,0 +1,124 @@
+#include "runtime/text_stream.h"
+
+#include <algorithm>
+
+namespace diskformer {
+namespace {
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// Length of the valid UTF-8 character at s[i] (RFC 3629: no overlongs, surrogates or values
+// past U+10FFFF), or 0.
+size_t valid_char_len(std::string_view s, size_t i) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned c = b(0);
+    if (c < 0x80) return 1;
+    size_t n = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    if (n == 0 || i + n > s.size() || b(1) < lo || b(1) > hi) return 0;
+    for (size_t k = 2; k < n; ++k)
+        if ((b(k) & 0xC0) != 0x80) return 0;
+    return n;
+}
+
+// A random or confused model can emit byte tokens that form no character; show U+FFFD for each
+// such byte, so that every piece is valid UTF-8 (a terminal, JSON and the next prompt need it).
+std::string valid_utf8(std::string bytes) {
+    std::string out;
+    for (size_t i = 0; i < bytes.size();) {
+        if (const size_t n = valid_char_len(bytes, i)) {
+            out.append(bytes, i, n);
+            i += n;
+        } else {
+            out.append(kReplacement);
+            ++i;
+        }
+    }
+    return out;
+}
+
+// Bytes of an incomplete UTF-8 sequence at the very end are not text: one U+FFFD for them.
+std::string complete_utf8(std::string bytes) { return bytes.empty() ? bytes : std::string(kReplacement); }
+
+}  // namespace
+
+TextStream::TextStream(const df::tokenizer::Tokenizer& tok, std::vector<std::string> stop, Part start)
+    : tok_(&tok),
+      dec_(tok, false),
+      stop_(std::move(stop)),
+      think_open_(tok.find("<think>")),
+      think_close_(tok.find("</think>")),
+      part_(start) {}
+
+Part TextStream::start_part(const df::tokenizer::Tokenizer& tok, std::span<const int32_t> prompt) {
+    const int32_t open = tok.find("<think>"), close = tok.find("</think>"), turn = tok.find("<|im_start|>");
+    for (size_t i = prompt.size(); i-- > 0;) {
+        if (prompt[i] == close || prompt[i] == turn) return Part::answer;
+        if (prompt[i] == open) return Part::reasoning;
+    }
+    return Part::answer;
+}
+
+size_t TextStream::stop_prefix_tail(const std::string& s) const {
+    size_t best = 0;
+    for (const auto& stop : stop_)
+        for (size_t n = std::min(stop.size() - 1, s.size()); n > best; --n)
+            if (s.compare(s.size() - n, n, stop, 0, n) == 0) {
+                best = n;
+                break;
+            }
+    return best;
+}
+
+void TextStream::add(std::string t, bool release, Out& out) {
+    if (at_start_) {
+        t.erase(0, t.find_first_not_of('\n') == std::string::npos ? t.size() : t.find_first_not_of('\n'));
+        at_start_ = t.empty();
+    }
+    if (part_ == Part::reasoning) {
+        t.insert(0, newlines_);
+        newlines_.clear();
+        if (!release) {
+            const size_t end = t.find_last_not_of('\n') + 1;  // npos + 1 == 0: all newlines
+            newlines_ = t.substr(end);
+            t.resize(end);
+        }
+    }
+    std::string s = held_ + t;
+    held_.clear();
+    size_t cut = std::string::npos;
+    for (const auto& stop : stop_) cut = std::min(cut, s.find(stop));
+    if (cut != std::string::npos) {
+        s.resize(cut);
+        out.stopped = stopped_ = true;
+    } else if (!release) {
+        // Cuts fall on character boundaries: s is whole characters and a stop string starts
+        // with a lead byte.
+        const size_t keep = stop_prefix_tail(s);
+        held_ = s.substr(s.size() - keep);
+        s.resize(s.size() - keep);
+    }
+    out.text += s;
+}
+
+TextStream::Out TextStream::push(int32_t id, bool final) {
+    Out out{{}, part_, false};
+    if (stopped_) return out;
+    if (id >= 0 && (id == think_open_ || id == think_close_)) {
+        // A part ends: release what it held, less the newlines before </think>.
+        newlines_.clear();
+        add(complete_utf8(dec_.flush()), true, out);
+        part_ = id == think_open_ ? Part::reasoning : Part::answer;
+        at_start_ = true;
+        return out;
+    }
+    std::string t = tok_->is_eog(id) ? std::string() : valid_utf8(dec_.push(id));
+    if (final) t += complete_utf8(dec_.flush());
+    add(std::move(t), final, out);
+    return out;
+}
+
+}  // namespace diskformer

@@ -1,0 +1,209 @@
+// The sampler on hand-made logits, and the text stream (reasoning split, stop strings, UTF-8)
+// on hand-picked tokens of the golden vocabulary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/golden.h"
+#include "gguf/gguf.h"
+#include "runtime/sampling.h"
+#include "runtime/text_stream.h"
+
+namespace {
+
+namespace dfm = diskformer;
+using dfm::GenerateOptions;
+using dfm::sampling::Sampler;
+
+GenerateOptions opts(float temp, int top_k = 0, float top_p = 1, float min_p = 0) {
+    GenerateOptions o;
+    o.temperature = temp;
+    o.top_k = top_k;
+    o.top_p = top_p;
+    o.min_p = min_p;
+    o.seed = 42;
+    return o;
+}
+
+// How often each token is drawn from `logits` in n draws.
+std::vector<int> histogram(const GenerateOptions& o, const std::vector<float>& logits, int n = 4000) {
+    Sampler s(o);
+    std::vector<int> h(logits.size());
+    for (int i = 0; i < n; ++i) {
+        auto l = logits;
+        ++h[s.sample(l, {})];
+    }
+    return h;
+}
+
+TEST(Rng, DeterministicAndUniform) {
+    dfm::sampling::Rng a(1), b(1), c(2);
+    bool differs = false;
+    double sum = 0;
+    for (int i = 0; i < 10000; ++i) {
+        const double u = a.uniform();
+        EXPECT_EQ(u, b.uniform());
+        differs |= u != c.uniform();
+        ASSERT_GE(u, 0.0);
+        ASSERT_LT(u, 1.0);
+        sum += u;
+    }
+    EXPECT_TRUE(differs);
+    EXPECT_NEAR(sum / 10000, 0.5, 0.02);
+}
+
+TEST(Sampler, GreedyTakesTheLowestIdOnTies) {
+    Sampler s(opts(0));
+    EXPECT_TRUE(s.is_plain_greedy());
+    std::vector<float> l{1, 3, 3, 2};
+    EXPECT_EQ(s.sample(l, {}), 1);
+}
+
+TEST(Sampler, FollowsTheDistribution) {
+    const std::vector<float> l{std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+    const auto h = histogram(opts(1), l);
+    EXPECT_NEAR(h[0] / 4000.0, 0.5, 0.03);
+    EXPECT_NEAR(h[1] / 4000.0, 0.3, 0.03);
+    EXPECT_NEAR(h[2] / 4000.0, 0.2, 0.03);
+}
+
+TEST(Sampler, Truncations) {
+    const std::vector<float> l{std::log(0.5f), std::log(0.3f), std::log(0.2f), std::log(1e-4f)};
+    EXPECT_EQ(histogram(opts(1, 2), l)[2], 0) << "top-k 2";
+    EXPECT_EQ(histogram(opts(1, 0, 0.45f), l)[0], 4000) << "top-p 0.45: the first token reaches it";
+    const auto p7 = histogram(opts(1, 0, 0.7f), l);
+    EXPECT_EQ(p7[2] + p7[3], 0) << "top-p 0.7: two tokens";
+    EXPECT_NEAR(p7[0] / 4000.0, 0.625, 0.03);
+    EXPECT_EQ(histogram(opts(1, 0, 1, 0.5f), l)[2], 0) << "min-p 0.5: 0.2 < 0.5 × 0.5";
+    EXPECT_EQ(histogram(opts(5, 0, 1, 0.01f), l)[3], 0) << "min-p before temperature";
+    // A low temperature sharpens the survivors.
+    EXPECT_GT(histogram(opts(0.1f), l)[0], 3900);
+}
+
+TEST(Sampler, TopPOverALargeVocabulary) {
+    // 150k near-equal logits: the incremental sort must go past its first rounds.
+    std::vector<float> l(150000, 0.0f);
+    l[77] = 0.5f;
+    const auto h = histogram(opts(1, 0, 0.9f), l, 20);
+    int drawn = 0;
+    for (int x : h) drawn += x;
+    EXPECT_EQ(drawn, 20);
+}
+
+TEST(Sampler, Penalties) {
+    GenerateOptions o = opts(0);
+    o.repeat_penalty = 2;
+    Sampler s(o);
+    EXPECT_FALSE(s.is_plain_greedy());
+    const std::vector<int32_t> recent{0, 0, 2};
+    std::vector<float> l{1.0f, 0.6f, -0.1f};
+    EXPECT_EQ(s.sample(l, recent), 1);  // 1.0 / 2 < 0.6
+    EXPECT_FLOAT_EQ(l[2], -0.2f);      // negative logits are multiplied
+    o.repeat_penalty = 1;
+    o.presence_penalty = 0.5f;
+    Sampler p(o);
+    l = {1.0f, 0.6f, -0.1f};
+    EXPECT_EQ(p.sample(l, recent), 1);
+    EXPECT_FLOAT_EQ(l[0], 0.5f);  // once, however often it occurs
+    o.penalty_window = 1;         // sees only the last token (2)
+    Sampler w(o);
+    l = {1.0f, 0.6f, -0.1f};
+    EXPECT_EQ(w.sample(l, recent), 0);
+}
+
+TEST(Sampler, RejectsBadOptions) {
+    auto bad = [](auto edit) {
+        GenerateOptions o;
+        edit(o);
+        EXPECT_THROW(dfm::sampling::check_options(o), dfm::Error);
+    };
+    bad([](GenerateOptions& o) { o.temperature = -1; });
+    bad([](GenerateOptions& o) { o.top_p = 1.5f; });
+    bad([](GenerateOptions& o) { o.min_p = 1; });
+    bad([](GenerateOptions& o) { o.top_k = -2; });
+    bad([](GenerateOptions& o) { o.repeat_penalty = 0; });
+    bad([](GenerateOptions& o) { o.max_tokens = -5; });
+    bad([](GenerateOptions& o) { o.stop = {""}; });
+    EXPECT_NO_THROW(dfm::sampling::check_options(GenerateOptions{}));
+}
+
+class Stream : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        auto f = df::gguf::File::open((df::test::golden_dir() / "models" / "q3_4L_kmix.gguf").string());
+        tok_ = df::tokenizer::Tokenizer::from_gguf(*f).release();
+    }
+    static void TearDownTestSuite() { delete tok_; }
+    static int32_t id(const char* special) { return tok_->find(special); }
+    static std::vector<int32_t> ids(const std::string& text) { return tok_->encode(text, false); }
+
+    // Feeds tokens (the last one final) and collects the text of each part.
+    struct Seen {
+        std::string reasoning, answer;
+        bool stopped = false;
+    };
+    static Seen run(dfm::TextStream& s, const std::vector<int32_t>& tokens) {
+        Seen seen;
+        for (size_t i = 0; i < tokens.size() && !seen.stopped; ++i) {
+            const auto out = s.push(tokens[i], i + 1 == tokens.size());
+            (out.part == dfm::Part::reasoning ? seen.reasoning : seen.answer) += out.text;
+            seen.stopped = out.stopped;
+        }
+        return seen;
+    }
+    static df::tokenizer::Tokenizer* tok_;
+};
+df::tokenizer::Tokenizer* Stream::tok_ = nullptr;
+
+TEST_F(Stream, SplitsReasoningFromAnswer) {
+    std::vector<int32_t> t;
+    auto add = [&](const std::vector<int32_t>& more) { t.insert(t.end(), more.begin(), more.end()); };
+    add({id("<think>")});
+    add(ids("\nLet me think.\nYes.\n\n"));
+    add({id("</think>")});
+    add(ids("\n\nThe answer.\n"));
+    add({id("<|im_end|>")});
+    dfm::TextStream s(*tok_, {}, dfm::Part::answer);
+    const auto seen = run(s, t);
+    EXPECT_EQ(seen.reasoning, "Let me think.\nYes.");
+    EXPECT_EQ(seen.answer, "The answer.\n");
+}
+
+TEST_F(Stream, StartPartFollowsThePrompt) {
+    auto prompt = tok_->encode("<|im_start|>assistant\n<think>\n", true);
+    EXPECT_EQ(dfm::TextStream::start_part(*tok_, prompt), dfm::Part::reasoning);
+    prompt = tok_->encode("<|im_start|>assistant\n<think>\n\n</think>\n\n", true);
+    EXPECT_EQ(dfm::TextStream::start_part(*tok_, prompt), dfm::Part::answer);
+    prompt = tok_->encode("<think>x</think><|im_start|>assistant\n", true);
+    EXPECT_EQ(dfm::TextStream::start_part(*tok_, prompt), dfm::Part::answer);
+}
+
+TEST_F(Stream, StopStringAcrossTokensIsCutAndHeldBack) {
+    dfm::TextStream s(*tok_, {"lo wor"}, dfm::Part::answer);
+    const auto t = ids("Hello world again");
+    std::string out;
+    bool stopped = false;
+    for (size_t i = 0; i < t.size() && !stopped; ++i) {
+        const auto o = s.push(t[i], false);
+        out += o.text;
+        stopped = o.stopped;
+        // Nothing that could begin the stop string is ever released early.
+        EXPECT_EQ(out.find("lo"), std::string::npos) << out;
+    }
+    EXPECT_TRUE(stopped);
+    EXPECT_EQ(out, "Hel");
+}
+
+TEST_F(Stream, Utf8IsNeverSplitAndInvalidBytesAreReplaced) {
+    // "é" as its two byte tokens (byte-level BPE spells 0xC3 0xA9 as "Ã" "©").
+    const int32_t c3 = tok_->find("Ã"), a9 = tok_->find("©");
+    ASSERT_GE(c3, 0);
+    ASSERT_GE(a9, 0);
+    dfm::TextStream s(*tok_, {}, dfm::Part::answer);
+    EXPECT_EQ(s.push(c3, false).text, "");
+    EXPECT_EQ(s.push(a9, false).text, "é");
+    EXPECT_EQ(s.push(a9, false).text, "\xEF\xBF\xBD");  // a stray continuation byte
+    EXPECT_EQ(s.push(c3, true).text, "\xEF\xBF\xBD");   // cut short by the end
+}
+
+}  // namespace
