@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/dot.h"
+#include "backend/cpu/gemm.h"
 #include "quant/dequant.h"
 
 namespace df::cpu {
@@ -113,27 +114,36 @@ void CpuBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, 
 }
 
 void CpuBackend::matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) {
-    // Rows are split across threads; within a thread, a tile of rows is swept over a tile of
-    // tokens so the weight rows stay in L1/L2 while each activation tile is reused.
-    constexpr int kTokTile = 32;
-    constexpr int64_t kRowTile = 16;
     const int64_t rows = w.rows, cols = w.cols;
     const auto* base = static_cast<const uint8_t*>(w.data);
-    const int64_t grain = T == 1 ? 64 : kRowTile;
-    pool_.parallel_for(rows, grain, [&](int64_t r0, int64_t r1, int) {
-        float tmp[kTokTile];
-        for (int64_t rt = r0; rt < r1; rt += kRowTile) {
-            const int64_t rend = std::min(r1, rt + kRowTile);
-            for (int t0 = 0; t0 < T; t0 += kTokTile) {
-                const int tn = std::min(kTokTile, T - t0);
-                for (int64_t r = rt; r < rend; ++r) {
-                    row_dot(w.type, base + r * w.row_stride, cols, x + static_cast<int64_t>(t0) * cols, cols, tn,
-                            tmp, 1);
-                    for (int t = 0; t < tn; ++t) {
-                        float& o = out[static_cast<int64_t>(t0 + t) * rows + r];
-                        o = accumulate ? o + tmp[t] : tmp[t];
-                    }
+    if (T > kRowDotMaxT) {
+        // Prompt chunks: decode a panel of rows once per block of tokens (the block stays in L2),
+        // then the register-blocked micro-kernel. Each thread owns whole panels of rows.
+        constexpr int kTokBlock = 24;
+        pool_.parallel_for((rows + kPanelRows - 1) / kPanelRows, 1, [&](int64_t p0, int64_t p1, int) {
+            std::vector<float> panel(static_cast<size_t>(kPanelRows * cols));
+            for (int t0 = 0; t0 < T; t0 += kTokBlock) {
+                const int tn = std::min(kTokBlock, T - t0);
+                for (int64_t p = p0; p < p1; ++p) {
+                    const int64_t r0 = p * kPanelRows;
+                    const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, rows - r0));
+                    for (int r = 0; r < nr; ++r) decode_row(w.type, base + (r0 + r) * w.row_stride, cols, &panel[r * cols]);
+                    gemm_panel(panel.data(), nr, cols, x + static_cast<int64_t>(t0) * cols, cols, tn,
+                               out + static_cast<int64_t>(t0) * rows + r0, rows, accumulate);
                 }
+            }
+        });
+        return;
+    }
+    // Decode and small batches (speculative verify): row_dot's order does not depend on T, so
+    // these logits are bitwise those of one-token steps.
+    pool_.parallel_for(rows, 64, [&](int64_t r0, int64_t r1, int) {
+        float tmp[kRowDotMaxT];
+        for (int64_t r = r0; r < r1; ++r) {
+            row_dot(w.type, base + r * w.row_stride, cols, x, cols, T, tmp, 1);
+            for (int t = 0; t < T; ++t) {
+                float& o = out[static_cast<int64_t>(t) * rows + r];
+                o = accumulate ? o + tmp[t] : tmp[t];
             }
         }
     });

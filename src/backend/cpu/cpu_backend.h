@@ -14,6 +14,10 @@
 
 namespace df::cpu {
 
+// Batches up to this many tokens use row_dot (bitwise equal to one-token steps); larger ones the
+// panel GEMM.
+inline constexpr int kRowDotMaxT = 8;
+
 class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(int threads);
