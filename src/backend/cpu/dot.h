@@ -1,9 +1,9 @@
 // CPU dot products of quantized weight rows with f32 activations (AVX2 + FMA + F16C).
 //
-// Every type in the quant table is supported: the hot types decode blocks in SIMD registers
-// (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K..Q6_K, IQ2_XXS, IQ2_XS,
-// IQ2_S, IQ3_XXS, IQ3_S, IQ4_XS); the rest dequantize one block at a time with the scalar
-// reference. Either way the weights are exactly quant::dequantize_row's values.
+// Every type in the quant table is supported, all but TQ1_0 with a decoder that expands blocks
+// in SIMD registers (TQ1_0 dequantizes a block at a time with the scalar reference). Either way
+// the weights are exactly quant::dequantize_row's values. Single-thread throughput per type:
+// bench/dot_bench.cpp.
 #pragma once
 
 #include <cstdint>
