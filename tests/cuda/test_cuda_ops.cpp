@@ -1,5 +1,6 @@
 // CUDA dense ops against the CPU backend on random inputs of awkward sizes.
 #include <algorithm>
+#include <cstring>
 
 #include "cuda_test_util.h"
 
@@ -126,6 +127,54 @@ TEST(CudaOps, KvStoreAndAttention) {
         // f32 rounding of scores of size ~|q||k| ~ D.
         const auto ref = oc.get();
         EXPECT_TRUE(all_close(og.get(), ref, tol_rel(ref, 0.f, 2e-5f * std::sqrt(static_cast<float>(D)))));
+    }
+}
+
+// Verify passes (T <= 8) give every token exactly its one-token attention result.
+TEST(CudaBatchInvariance, AttentionRowsEqualOneTokenResults) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    for (KvType kt : {KvType::f16, KvType::f32}) {
+        const int heads = 24, kv_heads = 4, D = 256, T = 8, pos0 = 3000, ctx = pos0 + T;
+        const int kv_dim = kv_heads * D;
+        const size_t elem = kt == KvType::f16 ? 2 : 4;
+        Buf<uint8_t> kc(gpu, elem * ctx * kv_dim, MemKind::kv), vc(gpu, elem * ctx * kv_dim, MemKind::kv);
+        {
+            const auto k = randn(g, static_cast<size_t>(ctx) * kv_dim), v = randn(g, static_cast<size_t>(ctx) * kv_dim);
+            std::vector<int32_t> pos(ctx);
+            for (int i = 0; i < ctx; ++i) pos[i] = i;
+            Buf<float> kb(gpu, k), vb(gpu, v);
+            Buf<int32_t> pb(gpu, pos);
+            Step s;
+            s.T = ctx;
+            s.pos = pb.p();
+            gpu.kv_store(kb.p(), vb.p(), kc.p(), vc.p(), kt, kv_dim, s);
+        }
+        const auto q = randn(g, static_cast<size_t>(T) * heads * D);
+        std::vector<int32_t> pos(T);
+        for (int t = 0; t < T; ++t) pos[t] = pos0 + t;
+        Buf<float> qb(gpu, q), ob(gpu, static_cast<size_t>(T) * heads * D);
+        Buf<int32_t> pb(gpu, pos);
+        const AttnShape a{heads, kv_heads, D, D, heads * D, 0.0625f};
+        Step s;
+        s.T = T;
+        s.pos = pb.p();
+        s.max_ctx = ctx;
+        gpu.attention(qb.p(), kc.p(), vc.p(), kt, a, s, ob.p());
+        const auto all = ob.get();
+        for (int t = 0; t < T; ++t) {
+            Buf<float> q1(gpu, std::vector<float>(q.begin() + static_cast<size_t>(t) * heads * D, q.begin() + static_cast<size_t>(t + 1) * heads * D));
+            Buf<float> o1(gpu, static_cast<size_t>(heads) * D);
+            Buf<int32_t> p1(gpu, std::vector<int32_t>{pos[t]});
+            Step s1;
+            s1.T = 1;
+            s1.pos = p1.p();
+            s1.max_ctx = ctx;
+            gpu.attention(q1.p(), kc.p(), vc.p(), kt, a, s1, o1.p());
+            const auto one = o1.get();
+            EXPECT_EQ(0, std::memcmp(one.data(), all.data() + static_cast<size_t>(t) * heads * D, one.size() * 4)) << "token " << t;
+        }
     }
 }
 

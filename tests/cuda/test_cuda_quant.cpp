@@ -216,3 +216,43 @@ TEST(CudaEmbed, MatchesCpuForRandomTokens) {
 
 }  // namespace
 }  // namespace df::test
+
+namespace df::test {
+namespace {
+
+// A token's row of a T <= 8 product is bit-identical to the one-token product (speculative
+// verify must reproduce plain decoding exactly).
+TEST(CudaBatchInvariance, MatvecAndGateUpRowsEqualOneTokenResults) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::Q4_K, Type::Q6_K, Type::IQ3_S, Type::F32}) {
+        SCOPED_TRACE(type_str(t));
+        const int rows = 203, cols = 2048;
+        const auto m = random_matrix(t, rows, cols, g), m2 = random_matrix(t, rows, cols, g);
+        const Weight w = gpu.load_weight(t, cols, rows, m.data(), m.size());
+        const Weight w2 = gpu.load_weight(t, cols, rows, m2.data(), m2.size());
+        for (int T : {2, 3, 5, 8}) {
+            const auto x = randn(g, static_cast<size_t>(T) * cols);
+            Buf<float> xb(gpu, x), ob(gpu, static_cast<size_t>(T) * rows), fb(gpu, static_cast<size_t>(T) * rows),
+                sb(gpu, static_cast<size_t>(T) * rows);
+            gpu.matmul(w, xb.p(), T, ob.p(), false);
+            gpu.ffn_gate_up(w, w2, xb.p(), T, fb.p(), sb.p());
+            const auto all = ob.get(), all_f = fb.get();
+            for (int tt = 0; tt < T; ++tt) {
+                Buf<float> x1(gpu, std::vector<float>(x.begin() + static_cast<size_t>(tt) * cols, x.begin() + static_cast<size_t>(tt + 1) * cols));
+                Buf<float> o1(gpu, rows), f1(gpu, rows), s1(gpu, rows);
+                gpu.matmul(w, x1.p(), 1, o1.p(), false);
+                gpu.ffn_gate_up(w, w2, x1.p(), 1, f1.p(), s1.p());
+                const auto one = o1.get(), one_f = f1.get();
+                EXPECT_EQ(0, std::memcmp(one.data(), all.data() + static_cast<size_t>(tt) * rows, rows * 4)) << "matmul T " << T << " row " << tt;
+                EXPECT_EQ(0, std::memcmp(one_f.data(), all_f.data() + static_cast<size_t>(tt) * rows, rows * 4)) << "gate_up T " << T << " row " << tt;
+            }
+        }
+        gpu.release(const_cast<void*>(w.data));
+        gpu.release(const_cast<void*>(w2.data));
+    }
+}
+
+}  // namespace
+}  // namespace df::test

@@ -20,6 +20,7 @@ constexpr size_t kStagingBytes = size_t{64} << 20;
 // Split attention partials: (head_dim + 2) floats per (token, head, split); 32 MB covers decode
 // and verify with 64 splits at 128 heads, and a few splits for prefill chunks.
 constexpr size_t kAttnPartialBytes = size_t{32} << 20;
+constexpr int kArgmaxKeys = 1 << 16;
 
 const char* kind_name(MemKind k) {
     switch (k) {
@@ -67,6 +68,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     upload(tables_, &host, sizeof host);
     attn_partial_ = static_cast<float*>(alloc(kAttnPartialBytes, MemKind::scratch));
     attn_partial_floats_ = kAttnPartialBytes / sizeof(float);
+    argmax_keys_ = static_cast<unsigned long long*>(alloc(sizeof(unsigned long long) * kArgmaxKeys, MemKind::scratch));
     if (const char* g = std::getenv("DF_CUDA_GEMM")) split_gemm_ = std::string(g) != "bf16";
     synchronize();
 }
@@ -371,7 +373,9 @@ void CudaBackend::gated_rmsnorm(const float* x, const float* z, const float* w, 
 
 void CudaBackend::add(float* y, const float* x, int64_t n) { launch_add(y, x, n, stream_); }
 
-void CudaBackend::argmax(const float* x, int T, int n, int32_t* out) { launch_argmax(x, T, n, out, stream_); }
+void CudaBackend::argmax(const float* x, int T, int n, int32_t* out) {
+    launch_argmax(x, T, n, out, argmax_keys_, kArgmaxKeys, stream_);
+}
 
 // ---- graphs --------------------------------------------------------------------------------
 

@@ -78,6 +78,7 @@ private:
     GridTables* tables_ = nullptr;      // device copy of the IQ grids
     float* attn_partial_ = nullptr;     // split-attention partial results
     size_t attn_partial_floats_ = 0;
+    unsigned long long* argmax_keys_ = nullptr;  // one per row of an argmax call
     void* staging_ = nullptr;           // pinned host buffer for weight uploads
     size_t staging_bytes_ = 0;
     bool split_gemm_ = true;

@@ -1,6 +1,8 @@
 // Small memory-bound ops: KV store, sigmoid gate, add, SwiGLU, GDN causal conv, argmax.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -71,44 +73,40 @@ __global__ void gdn_conv_kernel(float* x, int T, int C, const float* w, float* s
     for (int i = 0; i < kTaps - 1; ++i) state[static_cast<int64_t>(i) * C + c] = win[i];
 }
 
-// One block per row: the largest value, the lowest index among equals.
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* x, int n, int32_t* out) {
-    const float* r = x + static_cast<int64_t>(blockIdx.x) * n;
-    float best = -INFINITY;
-    int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = r[i];
-        if (v > best || idx == 0x7fffffff) {
-            best = v;
-            idx = i;
-        }
-    }
-    auto better = [](float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); };
+// argmax in one pass over the whole GPU: each block reduces a slice of a row and folds its
+// (value, index) into the row's 64-bit key with atomicMax. The key orders by value first (float
+// bits mapped to an unsigned order), then by the lowest index (stored as ~index).
+DF_DEV unsigned long long argmax_key(float v, int i) {
+    const uint32_t b = __float_as_uint(v);
+    const uint32_t ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return (static_cast<unsigned long long>(ord) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(i));
+}
+
+constexpr int kArgmaxPerThread = 16;
+
+__global__ void __launch_bounds__(kThreads) argmax_partial_kernel(const float* x, int n, unsigned long long* keys) {
+    const float* r = x + static_cast<int64_t>(blockIdx.y) * n;
+    const int begin = blockIdx.x * kThreads * kArgmaxPerThread;
+    unsigned long long best = 0;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (better(ov, oi, best, idx)) {
-            best = ov;
-            idx = oi;
-        }
+    for (int k = 0; k < kArgmaxPerThread; ++k) {
+        const int i = begin + k * kThreads + threadIdx.x;
+        if (i < n) best = max(best, argmax_key(r[i], i));
     }
-    __shared__ float bv[kThreads / 32];
-    __shared__ int bi[kThreads / 32];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) {
-        bv[warp] = best;
-        bi[warp] = idx;
-    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+    __shared__ unsigned long long part[kThreads / 32];
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = best;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < kThreads / 32; ++w)
-            if (better(bv[w], bi[w], best, idx)) {
-                best = bv[w];
-                idx = bi[w];
-            }
-        out[blockIdx.x] = idx == 0x7fffffff ? 0 : idx;
+        for (int w = 1; w < kThreads / 32; ++w) best = max(best, part[w]);
+        atomicMax(keys + blockIdx.y, best);
     }
+}
+
+__global__ void argmax_finish_kernel(const unsigned long long* keys, int T, int32_t* out) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T) out[t] = static_cast<int32_t>(~static_cast<uint32_t>(keys[t] & 0xFFFFFFFFu));
 }
 
 }  // namespace
@@ -152,10 +150,18 @@ void launch_gdn_conv(float* x, int T, int channels, int taps, const float* w, fl
     DF_CUDA_LAUNCH_CHECK();
 }
 
-void launch_argmax(const float* x, int T, int n, int32_t* out, cudaStream_t s) {
-    if (T <= 0) return;
-    argmax_kernel<<<T, kThreads, 0, s>>>(x, n, out);
-    DF_CUDA_LAUNCH_CHECK();
+void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long long* keys, int keys_cap,
+                   cudaStream_t s) {
+    for (int t0 = 0; t0 < T; t0 += keys_cap) {
+        const int nt = std::min(keys_cap, T - t0);
+        DF_CUDA_CHECK(cudaMemsetAsync(keys, 0, sizeof(unsigned long long) * nt, s));
+        const int per_block = kThreads * kArgmaxPerThread;
+        argmax_partial_kernel<<<dim3((n + per_block - 1) / per_block, nt), kThreads, 0, s>>>(
+            x + static_cast<int64_t>(t0) * n, n, keys);
+        DF_CUDA_LAUNCH_CHECK();
+        argmax_finish_kernel<<<(nt + 127) / 128, 128, 0, s>>>(keys, nt, out + t0);
+        DF_CUDA_LAUNCH_CHECK();
+    }
 }
 
 }  // namespace df::cuda

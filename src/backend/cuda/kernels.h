@@ -125,7 +125,9 @@ void launch_gdn_delta(const GdnArgs& a, cudaStream_t s);
 void launch_gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n,
                           float eps, float* out, cudaStream_t s);
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t s);
-void launch_argmax(const float* x, int T, int n, int32_t* out, cudaStream_t s);
+// keys: scratch of keys_cap 64-bit words (rows are processed keys_cap at a time).
+void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long long* keys, int keys_cap,
+                   cudaStream_t s);
 // gate[i] = silu(gate[i]) * up[i] for i < n.
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
 

@@ -16,6 +16,13 @@ namespace df::cuda {
 
 inline constexpr int kMatvecThreads = 256;
 
+// Units per lane and row loaded ahead of use: ~128 bytes of raw registers per row at T = 1.
+template <Type TY, int NT>
+constexpr int matvec_unroll() {
+    const int u = 128 / static_cast<int>(sizeof(typename Quant<TY>::Raw) * NT);
+    return u < 1 ? 1 : (u > 8 ? 8 : u);
+}
+
 template <Type TY, int NT, bool kPair>
 __global__ void __launch_bounds__(kMatvecThreads) matvec_kernel(const MatvecArgs a) {
     using Q = Quant<TY>;
@@ -84,18 +91,26 @@ __global__ void __launch_bounds__(kMatvecThreads) matvec_kernel(const MatvecArgs
         }
     };
 
-    // Two units per lane in flight: their loads are issued before either is consumed.
-    for (int u = li; u < n_units; u += 2 * L) {
-        typename Q::Raw raw0[R], raw1[R];
-        const bool two = u + L < n_units;
+    // U units per lane per row in flight: all their loads are issued before the first is
+    // consumed (~256 bytes per lane, fewer units when more tokens make each one costlier).
+    // A lane always visits its units in the same order, whatever T or U, so every token's sum
+    // is bit-identical to the one-token result (batch invariance for speculative verify).
+    constexpr int U = matvec_unroll<TY, NT>();
+    for (int u0 = li; u0 < n_units; u0 += U * L) {
+        typename Q::Raw raw[U][R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) raw0[r] = Q::load(base[r], base[r] + a.w.head_off, u);
-        if (two) {
+        for (int i = 0; i < U; ++i) {
+            const int u = u0 + i * L;
+            if (u < n_units) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) raw1[r] = Q::load(base[r], base[r] + a.w.head_off, u + L);
+                for (int r = 0; r < R; ++r) raw[i][r] = Q::load(base[r], base[r] + a.w.head_off, u);
+            }
         }
-        consume(raw0, u);
-        if (two) consume(raw1, u + L);
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            const int u = u0 + i * L;
+            if (u < n_units) consume(raw[i], u);
+        }
     }
 
 #pragma unroll

@@ -396,17 +396,26 @@ struct Quant<Type::Q6_K> {
 
 // ---- IQ types: 8 grid magnitudes per lookup, signs from ksigns or explicit bytes ------------
 
-// w[0..7] = bytes of the 8-byte grid entry e, negated where the sign mask bit is set.
-DF_DEV void grid8(uint2 e, uint32_t signs, float (&w)[8]) {
+// Signs applied in the integer domain, 4 elements per word: with m = 0xFF in the bytes of
+// negative elements, (g ^ m ^ 0x80) + (m & 1) is 128 - g or 128 + g per byte (grid bytes are
+// 1..127, so no byte carries), i.e. the signed value offset by 128, which byte_to_f32 turns into
+// the exact float. 3 integer ops per 4 elements instead of a select per element.
+DF_DEV uint32_t apply_signs(uint32_t g, uint32_t m) { return (g ^ m ^ 0x80808080u) + (m & 0x01010101u); }
+
+// w[0..7] = the grid magnitudes of words e0 (elements 0..3) and e1 (4..7), signed by mask m.
+DF_DEV void signed_grid8(uint32_t e0, uint32_t e1, uint2 m, float (&w)[8]) {
+    const uint32_t s0 = apply_signs(e0, m.x), s1 = apply_signs(e1, m.y);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        w[k] = flip_if(byte_to_f32(e.x, k), signs, k);
-        w[4 + k] = flip_if(byte_to_f32(e.y, k), signs, 4 + k);
+        w[k] = byte_to_f32(s0, k, 128.f);
+        w[4 + k] = byte_to_f32(s1, k, 128.f);
     }
 }
 DF_DEV uint2 grid_u64(const uint64_t* grid, uint32_t i) {
     return __ldg(reinterpret_cast<const uint2*>(grid) + i);
 }
+DF_DEV uint2 mask7(const GridTables* t, uint32_t i) { return grid_u64(t->sign_mask7, i); }
+DF_DEV uint2 mask8(const GridTables* t, uint32_t i) { return grid_u64(t->sign_mask8, i); }
 
 template <>
 struct Quant<Type::IQ2_XXS> {
@@ -417,8 +426,8 @@ struct Quant<Type::IQ2_XXS> {
         return {ld_stream8(body + b * 64 + 8 * (u & 7)), f16_bits_to_f32(ldg_u16(head + 2 * b))};
     }
     static DF_DEV float group(const Raw& r, int l, float (&w)[8], const GridTables* t) {
-        const uint32_t signs = __ldg(&t->ksigns[(r.q.y >> (7 * l)) & 127]);
-        grid8(grid_u64(t->iq2xxs, byte_of(r.q.x, l)), signs, w);
+        const uint2 e = grid_u64(t->iq2xxs, byte_of(r.q.x, l));
+        signed_grid8(e.x, e.y, mask7(t, (r.q.y >> (7 * l)) & 127), w);
         return r.d * (0.5f + static_cast<float>(r.q.y >> 28)) * 0.25f;
     }
 };
@@ -434,7 +443,8 @@ struct Quant<Type::IQ2_XS> {
     }
     static DF_DEV float group(const Raw& r, int l, float (&w)[8], const GridTables* t) {
         const uint32_t q = ((l < 2 ? r.q.x : r.q.y) >> (16 * (l & 1))) & 0xFFFFu;
-        grid8(grid_u64(t->iq2xs, q & 511), __ldg(&t->ksigns[q >> 9]), w);
+        const uint2 e = grid_u64(t->iq2xs, q & 511);
+        signed_grid8(e.x, e.y, mask7(t, q >> 9), w);
         const uint32_t s = (l < 2 ? r.sc : r.sc >> 4) & 15;
         return r.d * (0.5f + static_cast<float>(s)) * 0.25f;
     }
@@ -453,20 +463,12 @@ struct Quant<Type::IQ2_S> {
     }
     static DF_DEV float group(const Raw& r, int l, float (&w)[8], const GridTables* t) {
         const uint32_t gi = byte_of(r.idx, l) | ((r.qh << (8 - 2 * l)) & 0x300u);
-        grid8(grid_u64(t->iq2s, gi), byte_of(r.signs, l), w);
+        const uint2 e = grid_u64(t->iq2s, gi);
+        signed_grid8(e.x, e.y, mask8(t, byte_of(r.signs, l)), w);
         const uint32_t s = (l < 2 ? r.sc : r.sc >> 4) & 15;
         return r.d * (0.5f + static_cast<float>(s)) * 0.25f;
     }
 };
-
-// Two 4-byte grid entries (elements 0..3 and 4..7), signs bits 0..7.
-DF_DEV void grid4x2(uint32_t e1, uint32_t e2, uint32_t signs, float (&w)[8]) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        w[k] = flip_if(byte_to_f32(e1, k), signs, k);
-        w[4 + k] = flip_if(byte_to_f32(e2, k), signs, 4 + k);
-    }
-}
 
 template <>
 struct Quant<Type::IQ3_XXS> {
@@ -481,7 +483,7 @@ struct Quant<Type::IQ3_XXS> {
         const uint32_t qw = l < 2 ? r.q.x : r.q.y;
         const uint32_t e1 = __ldg(&t->iq3xxs[byte_of(qw, 2 * (l & 1))]);
         const uint32_t e2 = __ldg(&t->iq3xxs[byte_of(qw, 2 * (l & 1) + 1)]);
-        grid4x2(e1, e2, __ldg(&t->ksigns[(r.aux >> (7 * l)) & 127]), w);
+        signed_grid8(e1, e2, mask7(t, (r.aux >> (7 * l)) & 127), w);
         return r.d * (0.5f + static_cast<float>(r.aux >> 28)) * 0.5f;
     }
 };
@@ -503,7 +505,7 @@ struct Quant<Type::IQ3_S> {
         const uint32_t qw = l < 2 ? r.q0 : r.q1;
         const uint32_t i1 = byte_of(qw, 2 * (l & 1)) | ((r.qh << (8 - 2 * l)) & 256u);
         const uint32_t i2 = byte_of(qw, 2 * (l & 1) + 1) | ((r.qh << (7 - 2 * l)) & 256u);
-        grid4x2(__ldg(&t->iq3s[i1]), __ldg(&t->iq3s[i2]), byte_of(r.signs, l), w);
+        signed_grid8(__ldg(&t->iq3s[i1]), __ldg(&t->iq3s[i2]), mask8(t, byte_of(r.signs, l)), w);
         return r.db;
     }
 };

@@ -14,6 +14,8 @@ struct GridTables {
     uint32_t iq3s[512];
     float iq4nl[16];
     uint8_t ksigns[128];
+    uint64_t sign_mask7[128];  // ksigns index -> byte mask (0xFF where the element is negative)
+    uint64_t sign_mask8[256];  // explicit sign byte -> byte mask
 };
 
 // Fills a host copy (the backend uploads it).
