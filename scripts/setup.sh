@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the build dependencies (Debian 12 package names) and builds diskformer into build/.
-# Usage: scripts/setup.sh [extra cmake args...]
+# Usage: scripts/setup.sh [--deps-only] [extra cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,5 +17,6 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+[ "${1:-}" = "--deps-only" ] && exit 0
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build build
