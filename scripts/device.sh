@@ -4,7 +4,7 @@
 #   scripts/device.sh pack            here: build test_cuda + diskformer (sm_90) and pack them,
 #                                     with the extra golden models, into .carry/ (ignored)
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
-#        phases: info tests golden bench-kernels bench-models (comma separated)
+#        phases: info tests golden bench-kernels profile bench-models (comma separated)
 #
 # The device has CUDA 13 but no build dependencies (fmt, CLI11, gtest, ...): binaries are built
 # on this machine and carried (about 16 MB compressed). Logs go to $OUT (the device tool fetches it).
@@ -60,6 +60,24 @@ run() {
     case ",$phases," in *,bench-kernels,*)
         echo "== kernel benchmarks"
         $T --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' 2>&1 | tee "$out/bench_kernels.log" | grep -vE "^\[ (RUN|  +OK) "
+        ;; esac
+    case ",$phases," in *,profile,*)
+        echo "== ncu profiles (kernel, shape)"
+        local sec="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis"
+        local prof=(
+            "matvec_kernel|2|CudaBench.DISABLED_MatvecBandwidth|27B ffn_gate/up"
+            "matvec_kernel|2|CudaBench.DISABLED_MatvecBandwidth|4B ffn_gate/up"
+            "matvec_kernel|45|CudaBench.DISABLED_MatvecBandwidth|4B attn_q"
+            "gemm_kernel|2|CudaBench.DISABLED_GemmThroughput|"
+        )
+        local i=0
+        for p in "${prof[@]}"; do
+            IFS='|' read -r k skip filt only <<<"$p"
+            DF_BENCH_ONLY="$only" ncu --clock-control none $sec -k "regex:$k" --launch-skip "$skip" --launch-count 1 \
+                $T --gtest_also_run_disabled_tests --gtest_filter="$filt" > "$out/ncu_$i.txt" 2>&1
+            grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Stall|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|One or More|Executed Ipc" "$out/ncu_$i.txt" | head -n 30
+            i=$((i + 1))
+        done
         ;; esac
     case ",$phases," in *,bench-models,*)
         echo "== synthetic presets"

@@ -5,6 +5,8 @@
 // streams from HBM.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/check.h"
@@ -73,7 +75,9 @@ TEST(CudaBench, DISABLED_MatvecBandwidth) {
         {Type::Q8_0, 4096, 2560, "4B attn_output"}, {Type::Q8_0, 2560, 151936, "4B output (tied)"},
         {Type::Q6_K, 5120, 4096, "Q6_K"}, {Type::Q3_K, 5120, 4096, "Q3_K"}, {Type::Q4_0, 5120, 4096, "Q4_0"},
     };
+    const char* only = std::getenv("DF_BENCH_ONLY");  // substring of the tensor label
     for (const Shape& s : shapes) {
+        if (only && !std::strstr(s.what, only)) continue;
         const auto m = random_matrix(s.type, s.rows, s.cols, g);
         const Weight w0 = gpu.load_weight(s.type, s.cols, s.rows, m.data(), m.size());
         const int copies = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / w0.bytes + 1, 1, 16));

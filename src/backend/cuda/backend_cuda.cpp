@@ -223,14 +223,14 @@ QuantMatrix CudaBackend::matrix(const Weight& w) const {
     return m;
 }
 
-// Warps sharing one pair of rows: enough lanes for the row's units, and enough blocks to fill
-// the GPU for short matrices.
+// Warps sharing one pair of rows: one, unless a row is long enough to give every lane of two
+// warps 8+ units, or the matrix has too few rows to give every SM two blocks.
 int CudaBackend::warps_per_row(const Weight& w, int unit, int row_groups) const {
     const int64_t units = w.cols / unit;
     int wpr = 1;
-    while (wpr < 8 && 2 * wpr * 32 <= units) wpr *= 2;
+    while (wpr < 8 && units >= int64_t{2} * 32 * wpr * 8) wpr *= 2;
     auto blocks = [&](int k) { return (row_groups + 8 / k - 1) / (8 / k); };
-    while (wpr < 8 && blocks(wpr) < 2 * sm_count_ && wpr * 32 < units) wpr *= 2;
+    while (wpr < 8 && blocks(wpr) < 2 * sm_count_ && units >= int64_t{2} * 32 * wpr) wpr *= 2;
     return wpr;
 }
 

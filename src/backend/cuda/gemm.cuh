@@ -67,11 +67,12 @@ struct GemmALoad {
     typename Q::Raw raw[kRaws];
 };
 
+// Groups G0 .. G0+n-1 of one raw unit into v[i0 ..]: 4 groups (kUnit >= 32) or all kUnit/8.
 template <Type TY, int G0>
 DF_DEV void gemm_decode_groups(const typename Quant<TY>::Raw& raw, int i0, float (&v)[4][8],
                                const GridTables* t) {
 #pragma unroll
-    for (int i = 0; i < (Quant<TY>::kUnit >= 32 ? 4 : 1); ++i) {
+    for (int i = 0; i < (Quant<TY>::kUnit >= 32 ? 4 : Quant<TY>::kUnit / 8); ++i) {
         const float sc = Quant<TY>::group(raw, G0 + i, v[i0 + i], t);
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[i0 + i][j] *= sc;
@@ -82,6 +83,8 @@ template <Type TY, bool kSplit>
 __global__ void __launch_bounds__(kGemmThreads) gemm_kernel(const GemmArgs a) {
     using Q = Quant<TY>;
     extern __shared__ __align__(16) unsigned char gemm_smem[];
+    __shared__ __align__(16) unsigned char tab_smem[table_smem_bytes<Q>()];
+    const GridTables* tab = stage_tables<Q>(reinterpret_cast<GridTables*>(tab_smem), a.tables);
     auto* a_hi = reinterpret_cast<__nv_bfloat16*>(gemm_smem);
     auto* b_hi = a_hi + kGemmBM * kGemmLd;
     auto* a_lo = b_hi + kGemmBN * kGemmLd;   // only with kSplit
@@ -123,17 +126,17 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_kernel(const GemmArgs a) {
         float v[4][8];
         if constexpr (Q::kUnit >= 32) {
             const int g0 = (c0 % Q::kUnit) / 8;  // warp-uniform; 0 when kUnit == 32
-            if (g0 == 0) gemm_decode_groups<TY, 0>(al.raw[0], 0, v, a.tables);
+            if (g0 == 0) gemm_decode_groups<TY, 0>(al.raw[0], 0, v, tab);
             if constexpr (Q::kUnit >= 64) {
-                if (g0 == 4) gemm_decode_groups<TY, 4>(al.raw[0], 0, v, a.tables);
+                if (g0 == 4) gemm_decode_groups<TY, 4>(al.raw[0], 0, v, tab);
             }
             if constexpr (Q::kUnit >= 128) {
-                if (g0 == 8) gemm_decode_groups<TY, 8>(al.raw[0], 0, v, a.tables);
-                if (g0 == 12) gemm_decode_groups<TY, 12>(al.raw[0], 0, v, a.tables);
+                if (g0 == 8) gemm_decode_groups<TY, 8>(al.raw[0], 0, v, tab);
+                if (g0 == 12) gemm_decode_groups<TY, 12>(al.raw[0], 0, v, tab);
             }
         } else {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) gemm_decode_groups<TY, 0>(al.raw[i], i, v, a.tables);
+            for (int i = 0; i < GemmALoad<TY>::kRaws; ++i) gemm_decode_groups<TY, 0>(al.raw[i], i * (Q::kUnit / 8), v, tab);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {

@@ -23,6 +23,19 @@ namespace df::cuda {
 template <quant::Type T>
 struct Quant;
 
+// Lookup tables a decoder reads (Quant<T>::kTables); kernels stage exactly these into shared
+// memory first: gathers with random indices from shared memory cost a few bank conflicts, from
+// L1 they saturated the load pipe (one wavefront per distinct line).
+enum TableBits : unsigned {
+    kTabIq2xxs = 1, kTabIq2xs = 2, kTabIq2s = 4, kTabIq3xxs = 8, kTabIq3s = 16, kTabIq4 = 32, kTabMask7 = 64,
+    kTabMask8 = 128,
+};
+template <class Q>
+constexpr unsigned tables_of() {
+    if constexpr (requires { Q::kTables; }) return Q::kTables;
+    else return 0u;
+}
+
 using quant::Type;
 
 // Checks a specialisation against the type table and the host layout.
@@ -180,14 +193,14 @@ struct Quant<Type::Q5_1> {
     }
 };
 
+// Q8_0: a unit is half a block (16 quants), so two units in flight cost 10 registers each.
 template <>
 struct Quant<Type::Q8_0> {
-    static constexpr int kBlock = 32, kUnit = 32, kHead = 2, kBody = 32;
-    struct Raw { uint32_t q[8]; float d; };
+    static constexpr int kBlock = 32, kUnit = 16, kHead = 2, kBody = 32;
+    struct Raw { uint32_t q[4]; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
-        const uint8_t* p = body + static_cast<size_t>(u) * 32;
-        const uint4 a = ld_stream16(p), b = ld_stream16(p + 16);
-        return {{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, f16_bits_to_f32(ldg_u16(head + 2 * static_cast<size_t>(u)))};
+        const uint4 a = ld_stream16(body + static_cast<size_t>(u) * 16);
+        return {{a.x, a.y, a.z, a.w}, f16_bits_to_f32(ldg_u16(head + 2 * static_cast<size_t>(u >> 1)))};
     }
     static DF_DEV float group(const Raw& r, int g, float (&w)[8], const GridTables*) {
 #pragma unroll
@@ -411,15 +424,15 @@ DF_DEV void signed_grid8(uint32_t e0, uint32_t e1, uint2 m, float (&w)[8]) {
         w[4 + k] = byte_to_f32(s1, k, 128.f);
     }
 }
-DF_DEV uint2 grid_u64(const uint64_t* grid, uint32_t i) {
-    return __ldg(reinterpret_cast<const uint2*>(grid) + i);
-}
+// Tables are read from the block's shared-memory copy (see stage_tables).
+DF_DEV uint2 grid_u64(const uint64_t* grid, uint32_t i) { return reinterpret_cast<const uint2*>(grid)[i]; }
 DF_DEV uint2 mask7(const GridTables* t, uint32_t i) { return grid_u64(t->sign_mask7, i); }
 DF_DEV uint2 mask8(const GridTables* t, uint32_t i) { return grid_u64(t->sign_mask8, i); }
 
 template <>
 struct Quant<Type::IQ2_XXS> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 64;
+    static constexpr unsigned kTables = kTabIq2xxs | kTabMask7;
     struct Raw { uint2 q; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -435,6 +448,7 @@ struct Quant<Type::IQ2_XXS> {
 template <>
 struct Quant<Type::IQ2_XS> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 72;
+    static constexpr unsigned kTables = kTabIq2xs | kTabMask7;
     struct Raw { uint2 q; uint32_t sc; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -453,6 +467,7 @@ struct Quant<Type::IQ2_XS> {
 template <>
 struct Quant<Type::IQ2_S> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 80;
+    static constexpr unsigned kTables = kTabIq2s | kTabMask8;
     struct Raw { uint32_t idx, signs, qh, sc; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -473,6 +488,7 @@ struct Quant<Type::IQ2_S> {
 template <>
 struct Quant<Type::IQ3_XXS> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 96;
+    static constexpr unsigned kTables = kTabIq3xxs | kTabMask7;
     struct Raw { uint2 q; uint32_t aux; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -481,8 +497,8 @@ struct Quant<Type::IQ3_XXS> {
     }
     static DF_DEV float group(const Raw& r, int l, float (&w)[8], const GridTables* t) {
         const uint32_t qw = l < 2 ? r.q.x : r.q.y;
-        const uint32_t e1 = __ldg(&t->iq3xxs[byte_of(qw, 2 * (l & 1))]);
-        const uint32_t e2 = __ldg(&t->iq3xxs[byte_of(qw, 2 * (l & 1) + 1)]);
+        const uint32_t e1 = t->iq3xxs[byte_of(qw, 2 * (l & 1))];
+        const uint32_t e2 = t->iq3xxs[byte_of(qw, 2 * (l & 1) + 1)];
         signed_grid8(e1, e2, mask7(t, (r.aux >> (7 * l)) & 127), w);
         return r.d * (0.5f + static_cast<float>(r.aux >> 28)) * 0.5f;
     }
@@ -491,6 +507,7 @@ struct Quant<Type::IQ3_XXS> {
 template <>
 struct Quant<Type::IQ3_S> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 108;
+    static constexpr unsigned kTables = kTabIq3s | kTabMask8;
     struct Raw { uint32_t q0, q1, qh, signs; float db; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -505,7 +522,7 @@ struct Quant<Type::IQ3_S> {
         const uint32_t qw = l < 2 ? r.q0 : r.q1;
         const uint32_t i1 = byte_of(qw, 2 * (l & 1)) | ((r.qh << (8 - 2 * l)) & 256u);
         const uint32_t i2 = byte_of(qw, 2 * (l & 1) + 1) | ((r.qh << (7 - 2 * l)) & 256u);
-        signed_grid8(__ldg(&t->iq3s[i1]), __ldg(&t->iq3s[i2]), mask8(t, byte_of(r.signs, l)), w);
+        signed_grid8(t->iq3s[i1], t->iq3s[i2], mask8(t, byte_of(r.signs, l)), w);
         return r.db;
     }
 };
@@ -516,13 +533,14 @@ DF_DEV void iq4_group(const uint32_t* q, int g, float (&w)[8], const GridTables*
     for (int i = 0; i < 2; ++i) {
         const uint32_t x = (q[nib_word(g) + i] >> nib_shift(g)) & 0x0F0F0F0Fu;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) w[4 * i + k] = __ldg(&t->iq4nl[byte_of(x, k)]);
+        for (int k = 0; k < 4; ++k) w[4 * i + k] = t->iq4nl[byte_of(x, k)];
     }
 }
 
 template <>
 struct Quant<Type::IQ4_NL> {
     static constexpr int kBlock = 32, kUnit = 32, kHead = 2, kBody = 16;
+    static constexpr unsigned kTables = kTabIq4;
     struct Raw { uint32_t q[4]; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const uint4 v = ld_stream16(body + static_cast<size_t>(u) * 16);
@@ -537,6 +555,7 @@ struct Quant<Type::IQ4_NL> {
 template <>
 struct Quant<Type::IQ4_XS> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 0, kBody = 136;
+    static constexpr unsigned kTables = kTabIq4;
     struct Raw { uint32_t q[4]; float dl; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t*, int u) {
         const int ib = u & 7;
@@ -551,5 +570,34 @@ struct Quant<Type::IQ4_XS> {
         return r.dl;
     }
 };
+
+// Copies the tables Q reads into `dst` (shared memory) with every thread of the block, then
+// syncs; returns dst (or nullptr when Q needs none, without syncing).
+template <class Q>
+DF_DEV const GridTables* stage_tables(GridTables* dst, const GridTables* src) {
+    constexpr unsigned bits = tables_of<Q>();
+    if constexpr (bits == 0) {
+        return nullptr;
+    } else {
+        auto copy = [&](void* d, const void* sp, int bytes) {
+            for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+                reinterpret_cast<uint4*>(d)[i] = __ldg(reinterpret_cast<const uint4*>(sp) + i);
+        };
+        if (bits & kTabIq2xxs) copy(dst->iq2xxs, src->iq2xxs, sizeof src->iq2xxs);
+        if (bits & kTabIq2xs) copy(dst->iq2xs, src->iq2xs, sizeof src->iq2xs);
+        if (bits & kTabIq2s) copy(dst->iq2s, src->iq2s, sizeof src->iq2s);
+        if (bits & kTabIq3xxs) copy(dst->iq3xxs, src->iq3xxs, sizeof src->iq3xxs);
+        if (bits & kTabIq3s) copy(dst->iq3s, src->iq3s, sizeof src->iq3s);
+        if (bits & kTabIq4) copy(dst->iq4nl, src->iq4nl, sizeof src->iq4nl);
+        if (bits & kTabMask7) copy(dst->sign_mask7, src->sign_mask7, sizeof src->sign_mask7);
+        if (bits & kTabMask8) copy(dst->sign_mask8, src->sign_mask8, sizeof src->sign_mask8);
+        __syncthreads();
+        return dst;
+    }
+}
+
+// Shared-memory bytes a kernel reserves for Q's tables.
+template <class Q>
+constexpr int table_smem_bytes() { return tables_of<Q>() ? static_cast<int>(sizeof(GridTables)) : 16; }
 
 }  // namespace df::cuda

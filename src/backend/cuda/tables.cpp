@@ -12,7 +12,6 @@ void fill_grid_tables(GridTables& t) {
     std::memcpy(t.iq2s, quant::iq2s_grid, sizeof t.iq2s);
     std::memcpy(t.iq3xxs, quant::iq3xxs_grid, sizeof t.iq3xxs);
     std::memcpy(t.iq3s, quant::iq3s_grid, sizeof t.iq3s);
-    std::memcpy(t.ksigns, quant::ksigns_iq2xs, sizeof t.ksigns);
     for (int i = 0; i < 16; ++i) t.iq4nl[i] = static_cast<float>(quant::kvalues_iq4nl[i]);
     for (int b = 0; b < 256; ++b) {
         uint64_t m = 0;

@@ -6,14 +6,13 @@
 
 namespace df::cuda {
 
-struct GridTables {
+struct alignas(16) GridTables {
     uint64_t iq2xxs[256];
     uint64_t iq2xs[512];
     uint64_t iq2s[1024];
     uint32_t iq3xxs[256];
     uint32_t iq3s[512];
     float iq4nl[16];
-    uint8_t ksigns[128];
     uint64_t sign_mask7[128];  // ksigns index -> byte mask (0xFF where the element is negative)
     uint64_t sign_mask8[256];  // explicit sign byte -> byte mask
 };
