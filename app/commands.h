@@ -10,3 +10,5 @@ void register_inspect(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_run(CLI::App& app);
+void register_chat(CLI::App& app);

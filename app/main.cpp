@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
     CLI::App app{"diskformer: Qwen3.5 / Qwen3 GGUF inference on CUDA GPUs and CPUs"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "diskformer 0.1.0");
+    register_run(app);
+    register_chat(app);
     register_inspect(app);
     register_eval(app);
     register_tokenize(app);

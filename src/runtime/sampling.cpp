@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace diskformer::sampling {
@@ -15,6 +16,12 @@ uint64_t splitmix64(uint64_t& x) {
 }
 
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+std::string num(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
 
 }  // namespace
 
@@ -40,12 +47,12 @@ void check_options(const GenerateOptions& o) {
     auto bad = [](const std::string& what) { throw Error("generate: " + what); };
     if (o.max_tokens < -1) bad("max_tokens must be -1 (no limit) or at least 0, got " + std::to_string(o.max_tokens));
     if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
-        bad("temperature must be 0 (greedy) or positive, got " + std::to_string(o.temperature));
+        bad("temperature must be 0 (greedy) or positive, got " + num(o.temperature));
     if (o.top_k < 0) bad("top_k must be 0 (off) or positive, got " + std::to_string(o.top_k));
-    if (!(o.top_p > 0 && o.top_p <= 1)) bad("top_p must be in (0, 1], got " + std::to_string(o.top_p));
-    if (!(o.min_p >= 0 && o.min_p < 1)) bad("min_p must be in [0, 1), got " + std::to_string(o.min_p));
+    if (!(o.top_p > 0 && o.top_p <= 1)) bad("top_p must be in (0, 1], got " + num(o.top_p));
+    if (!(o.min_p >= 0 && o.min_p < 1)) bad("min_p must be in [0, 1), got " + num(o.min_p));
     if (!(o.repeat_penalty > 0) || !std::isfinite(o.repeat_penalty))
-        bad("repeat_penalty must be positive (1: off), got " + std::to_string(o.repeat_penalty));
+        bad("repeat_penalty must be positive (1: off), got " + num(o.repeat_penalty));
     if (!std::isfinite(o.presence_penalty)) bad("presence_penalty must be finite");
     if (o.penalty_window < 0) bad("penalty_window must be 0 or positive, got " + std::to_string(o.penalty_window));
     for (const auto& s : o.stop)

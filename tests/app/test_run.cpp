@@ -1,0 +1,152 @@
+// `diskformer run` as a script would use it: reproducible with a seed, the reasoning shown or
+// hidden, and bad input answered with one line on stderr and exit code 1.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/golden.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+    int code = -1;
+    std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// Runs `diskformer <args>` with stdout and stderr captured (not a terminal: no ANSI).
+Outcome diskformer(const std::string& args) {
+    const fs::path bin = fs::path(DF_BINARY_DIR) / "app" / "diskformer";
+    if (!fs::exists(bin)) {
+        ADD_FAILURE() << bin << " is missing: build the diskformer target";
+        return {};
+    }
+    const auto tmp = fs::temp_directory_path() / ("df_run_" + std::to_string(::getpid()));
+    // stdin is /dev/null unless args redirect it (the later redirection wins).
+    const std::string cmd = "'" + bin.string() + "' </dev/null " + args + " >'" + tmp.string() + ".out' 2>'" +
+                            tmp.string() + ".err'";
+    const int status = std::system(cmd.c_str());
+    Outcome r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(tmp.string() + ".out");
+    r.err = slurp(tmp.string() + ".err");
+    fs::remove(tmp.string() + ".out");
+    fs::remove(tmp.string() + ".err");
+    return r;
+}
+
+std::string model(const char* name) {
+    return "'" + (df::test::golden_dir() / "models" / (std::string(name) + ".gguf")).string() + "' --backend cpu -t 2";
+}
+
+void expect_one_line_error(const Outcome& r, const std::string& mentions) {
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.out, "");
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line:\n" << r.err;
+    EXPECT_NE(r.err.find(mentions), std::string::npos) << r.err;
+}
+
+TEST(Run, SameSeedSameOutput) {
+    const std::string args = "run -m " + model("q3_4L_kmix") + " -p 'Write a poem' -n 40 --temp 0.9 --top-k 0 --top-p 1 --min-p 0";
+    const Outcome a = diskformer(args + " --seed 123");
+    const Outcome b = diskformer(args + " --seed 123");
+    const Outcome c = diskformer(args + " --seed 124");
+    ASSERT_EQ(a.code, 0) << a.err;
+    EXPECT_FALSE(a.out.empty());
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_NE(a.out, c.out);
+    // Stats go to stderr, in one line that names the seed.
+    EXPECT_NE(a.err.find("prompt tokens"), std::string::npos) << a.err;
+    EXPECT_NE(a.err.find("seed 123"), std::string::npos) << a.err;
+}
+
+TEST(Run, GreedyIsTheDefaultAndRawWorks) {
+    const Outcome a = diskformer("run -m " + model("q3_4L_kmix") + " -p hello -n 16");
+    const Outcome b = diskformer("run -m " + model("q3_4L_kmix") + " -p hello -n 16");
+    ASSERT_EQ(a.code, 0) << a.err;
+    EXPECT_EQ(a.out, b.out);
+    const Outcome raw = diskformer("run -m " + model("q3_4L_kmix") + " --raw -p '<|im_start|>user\nhi<|im_end|>\n' -n 8");
+    EXPECT_EQ(raw.code, 0) << raw.err;
+}
+
+TEST(Run, ReasoningIsPrefixedOrHidden) {
+    // A random network does not close its think block: everything it writes is reasoning.
+    const std::string args = "run -m " + model("q35_4L_iq2mix") + " -p hello -n 24 --think";
+    const Outcome shown = diskformer(args);
+    ASSERT_EQ(shown.code, 0) << shown.err;
+    ASSERT_FALSE(shown.out.empty());
+    EXPECT_EQ(shown.out.rfind("> ", 0), 0u) << shown.out;
+    EXPECT_EQ(shown.out.find('\x1b'), std::string::npos) << "ANSI codes in a file";
+    const Outcome hidden = diskformer(args + " --hide-think");
+    ASSERT_EQ(hidden.code, 0) << hidden.err;
+    EXPECT_EQ(hidden.out.find("> "), std::string::npos) << hidden.out;
+}
+
+TEST(Run, StopStringEndsTheAnswer) {
+    const std::string args = "run -m " + model("q3_4L_kmix") + " -p 'Write a poem' -n 60 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 1";
+    const Outcome full = diskformer(args);
+    ASSERT_EQ(full.code, 0) << full.err;
+    // Two letters from past the start of the text make the stop string.
+    auto letter = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+    size_t at = 4;
+    while (at + 1 < full.out.size() && !(letter(full.out[at]) && letter(full.out[at + 1]))) ++at;
+    ASSERT_LT(at + 1, full.out.size()) << "no two letters in a row in:\n" << full.out;
+    const std::string stop = full.out.substr(at, 2);
+    const Outcome cut = diskformer(args + " --stop '" + stop + "'");
+    ASSERT_EQ(cut.code, 0) << cut.err;
+    const std::string before = full.out.substr(0, full.out.find(stop));
+    EXPECT_EQ(cut.out, before.empty() ? "" : before + "\n");
+    EXPECT_NE(cut.err.find("stopped: stop string"), std::string::npos) << cut.err;
+}
+
+TEST(Run, BadInputIsOneLineAndExitOne) {
+    expect_one_line_error(diskformer("run -m /no/such/model.gguf -p hi"), "/no/such/model.gguf");
+    expect_one_line_error(
+        diskformer("run -m " + model("q3_4L_kmix") + " --ctx 16 -p 'a prompt that is much longer than sixteen tokens, "
+                   "so that it cannot fit in so small a context at all'"),
+        "context");
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --no-such-flag"), "--no-such-flag");
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix")), "--prompt");
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --top-p 0"), "top_p");
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --think --no-think"), "--no-think");
+    expect_one_line_error(diskformer("chat -m /no/such/model.gguf"), "/no/such/model.gguf");
+}
+
+TEST(Run, HelpOnEveryCommand) {
+    for (const char* cmd : {"run", "chat"}) {
+        const Outcome r = diskformer(std::string(cmd) + " --help");
+        EXPECT_EQ(r.code, 0);
+        EXPECT_NE(r.out.find("--temp"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("--model"), std::string::npos) << r.out;
+    }
+}
+
+TEST(Chat, PipedInputWorks) {
+    // Not a terminal: plain lines, no prompt; the stats of both turns on stderr.
+    const Outcome r = diskformer("chat -m " + model("q3_4L_kmix") + " -n 8 </dev/null");
+    EXPECT_EQ(r.code, 0) << r.err;
+    const fs::path in = fs::temp_directory_path() / ("df_chat_in_" + std::to_string(::getpid()));
+    std::ofstream(in) << "hello\n/think off\nagain\n";
+    const Outcome two = diskformer("chat -m " + model("q3_4L_kmix") + " -n 8 <'" + in.string() + "'");
+    fs::remove(in);
+    EXPECT_EQ(two.code, 0) << two.err;
+    size_t turns = 0;
+    for (size_t at = 0; (at = two.err.find("prompt tokens", at)) != std::string::npos; ++at) ++turns;
+    EXPECT_EQ(turns, 2u) << two.err;
+}
+
+}  // namespace
