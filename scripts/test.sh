@@ -7,7 +7,7 @@ JOBS=$(nproc)
 
 scripts/setup.sh -DDF_WERROR=ON >/dev/null
 # llama.cpp v0.5.0 as the logits oracle of the differential tests (pinned in package-lock.json).
-(cd tests/oracle && npm ci --omit=optional --no-audit --no-fund --loglevel=error >/dev/null)
+(cd tests/oracle && npm install --omit=optional --no-audit --no-fund --loglevel=error >/dev/null)
 echo "== release tests"
 ctest --test-dir build --output-on-failure -j "$JOBS" -LE cuda
 if command -v nvidia-smi >/dev/null 2>&1 && [ -x build/tests/test_cuda ]; then

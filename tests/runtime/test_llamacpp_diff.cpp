@@ -84,7 +84,7 @@ class LlamaCppDiff : public ::testing::TestWithParam<int> {};
 
 TEST_P(LlamaCppDiff, LogitsMatchLlamaCpp) {
     if (!oracle_available())
-        GTEST_SKIP() << "llama.cpp oracle not installed (scripts/test.sh runs `npm ci` in tests/oracle)";
+        GTEST_SKIP() << "llama.cpp oracle not installed (scripts/test.sh runs `npm install` in tests/oracle)";
     const auto cfg = configs()[GetParam()];
     const fs::path dir = fs::temp_directory_path() / ("df_diff_" + std::to_string(::getpid()) + "_" + std::to_string(GetParam()));
     fs::create_directories(dir);
