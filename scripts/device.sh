@@ -4,7 +4,7 @@
 #   scripts/device.sh pack            here: build test_cuda + diskformer (sm_90) and pack them,
 #                                     with the extra golden models, into .carry/ (ignored)
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
-#        phases: info tests golden bench-kernels profile bench-models (comma separated)
+#        phases: info tests golden eval bench-kernels profile bench-models (comma separated)
 #
 # The device has CUDA 13 but no build dependencies (fmt, CLI11, gtest, ...): binaries are built
 # on this machine and carried (about 16 MB compressed). Logs go to $OUT (the device tool fetches it).
@@ -35,7 +35,7 @@ pack() {
 }
 
 run() {
-    local phases=${1:-info,tests,golden,bench-kernels,bench-models}
+    local phases=${1:-info,tests,golden,eval,bench-kernels,bench-models}
     local out=${OUT:-/tmp/df-out}
     mkdir -p "$out" /tmp/dfbin
     tar xJf .carry/bins.tar.xz -C /tmp/dfbin
@@ -57,6 +57,28 @@ run() {
         echo "== golden models on CUDA (kv f32)"
         $T --gtest_filter='CudaModel.*' 2>&1 | tee "$out/golden.log" | grep -E "cuda golden|OK|FAILED|Failure|error|Expected|Which" | head -n 60
         ;; esac
+    case ",$phases," in *,eval,*)
+        echo "== golden models through diskformer eval (--backend cuda --kv-type f32)"
+        local g=/work/shared/golden/models m
+        for f in "$g"/*.logits_f32w.f32; do
+            m=$(basename "$f" .logits_f32w.f32)
+            $D eval -m "$g/$m.gguf" --backend cuda --kv-type f32 --tokens "$g/$m.greedy_f32w.json" \
+                --logits-out "/tmp/$m.eval.f32" --greedy 64 --ids-out "/tmp/$m.ids.json" 2>>"$out/eval.log"
+            python3 - "$g" "$m" <<'PY' | tee -a "$out/eval.log"
+import json, sys
+import numpy as np
+g, m = sys.argv[1], sys.argv[2]
+ref = np.fromfile(f"{g}/{m}.logits_f32w.f32", dtype=np.float32).reshape(100, -1).astype(np.float64)
+got = np.fromfile(f"/tmp/{m}.eval.f32", dtype=np.float32).reshape(100, -1).astype(np.float64)
+nmse = ((got - ref) ** 2).sum(1) / (ref ** 2).sum(1)
+top1 = int((got.argmax(1) == ref.argmax(1)).sum())
+want = json.load(open(f"{g}/{m}.greedy_f32w.json"))["generated"]
+ids = json.load(open(f"/tmp/{m}.ids.json"))
+same = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), len(want))
+print(f"{m:18s} prompt NMSE max {nmse.max():.2e}  max|dlogit| {np.abs(got - ref).max():.2e}  top-1 {top1}/100  greedy {same}/{len(want)}")
+PY
+        done
+        ;; esac
     case ",$phases," in *,bench-kernels,*)
         echo "== kernel benchmarks"
         $T --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' 2>&1 | tee "$out/bench_kernels.log" | grep -vE "^\[ (RUN|  +OK) "
@@ -66,15 +88,16 @@ run() {
         local sec="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis"
         local prof=(
             "matvec_kernel|2|CudaBench.DISABLED_MatvecBandwidth|27B ffn_gate/up"
-            "matvec_kernel|2|CudaBench.DISABLED_MatvecBandwidth|4B ffn_gate/up"
-            "matvec_kernel|45|CudaBench.DISABLED_MatvecBandwidth|4B attn_q"
+            "matvec_kernel|2|CudaBench.DISABLED_MatvecBandwidth|Q4_0"
             "gemm_kernel|2|CudaBench.DISABLED_GemmThroughput|"
         )
         local i=0
         for p in "${prof[@]}"; do
             IFS='|' read -r k skip filt only <<<"$p"
-            DF_BENCH_ONLY="$only" ncu --clock-control none $sec -k "regex:$k" --launch-skip "$skip" --launch-count 1 \
+            DF_BENCH_ONLY="$only" ncu --clock-control none $sec --section InstructionStats \
+                --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:$k" --launch-skip "$skip" --launch-count 1 \
                 $T --gtest_also_run_disabled_tests --gtest_filter="$filt" > "$out/ncu_$i.txt" 2>&1
+            grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/ncu_$i.txt" | sort -k3 -gr | head -n 8
             grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Stall|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|One or More|Executed Ipc" "$out/ncu_$i.txt" | head -n 30
             i=$((i + 1))
         done

@@ -22,11 +22,13 @@ template <class F>
 double time_us(F&& f, int reps) {
     cudaStream_t s = cuda_be().stream();
     for (int i = 0; i < 3; ++i) f(i);
+    cuda_be().flush();
     cudaEvent_t a, b;
     DF_CUDA_CHECK(cudaEventCreate(&a));
     DF_CUDA_CHECK(cudaEventCreate(&b));
     DF_CUDA_CHECK(cudaEventRecord(a, s));
     for (int i = 0; i < reps; ++i) f(i);
+    cuda_be().flush();
     DF_CUDA_CHECK(cudaEventRecord(b, s));
     DF_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;

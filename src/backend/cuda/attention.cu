@@ -22,6 +22,11 @@ constexpr int kAttnWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per block
 constexpr int kMaxDecodeTokens = 8;  // up to this T: split flash decoding; above: the prefill kernel
 
+// Splits a context of n_kv keys actually uses: at least 64 keys each (a short context does not
+// pay for 30 nearly empty blocks and a combine), at most the launched nsplit. A function of the
+// position only, so decode steps and verify passes split a token's keys the same way.
+DF_DEV int splits_used(int n_kv, int nsplit) { return min(nsplit, (n_kv + 63) / 64); }
+
 template <int DPL, bool kHalf>
 DF_DEV void load_row(const void* base, int64_t idx, float (&v)[DPL]) {
     if constexpr (kHalf) {
@@ -75,7 +80,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
     const int n_kv = a.pos[t] + 1;
-    const int per = (n_kv + nsplit - 1) / nsplit;
+    const int used = splits_used(n_kv, nsplit);
+    if (split >= used) return;
+    const int per = (n_kv + used - 1) / used;
     const int k_begin = split * per, k_end = min(n_kv, k_begin + per);
 
     float qv[kMaxGroup][DPL];
@@ -146,7 +153,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
             }
         }
         const int h = h0 + i;
-        if (nsplit == 1) {
+        if (used == 1) {
             a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / L;
         } else {
             float* pp = a.partial + ((static_cast<int64_t>(t) * a.heads + h) * nsplit + split) * (D + 2);
@@ -160,14 +167,16 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
 }
 
 // out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
-__global__ void attn_combine_kernel(const float* partial, int heads, int D, int nsplit, float* out) {
+__global__ void attn_combine_kernel(const float* partial, int heads, int D, int nsplit, const int32_t* pos, float* out) {
     const int h = blockIdx.x, t = blockIdx.y;
+    const int used = splits_used(pos[t] + 1, nsplit);
+    if (used == 1) return;  // the attention kernel wrote the result
     const float* pp = partial + (static_cast<int64_t>(t) * heads + h) * nsplit * (D + 2);
     float M = -INFINITY;
-    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, pp[s * (D + 2)]);
+    for (int s = 0; s < used; ++s) M = fmaxf(M, pp[s * (D + 2)]);
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float L = 0.f, O = 0.f;
-        for (int s = 0; s < nsplit; ++s) {
+        for (int s = 0; s < used; ++s) {
             const float ms = pp[s * (D + 2)];
             const float f = ms == -INFINITY ? 0.f : expf(ms - M);
             L += pp[s * (D + 2) + 1] * f;
@@ -392,7 +401,7 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
     }
     DF_CUDA_LAUNCH_CHECK();
     if (nsplit > 1) {
-        attn_combine_kernel<<<dim3(a.heads, a.T), 128, 0, s>>>(a.partial, a.heads, a.head_dim, nsplit, a.out);
+        attn_combine_kernel<<<dim3(a.heads, a.T), 128, 0, s>>>(a.partial, a.heads, a.head_dim, nsplit, a.pos, a.out);
         DF_CUDA_LAUNCH_CHECK();
     }
 }

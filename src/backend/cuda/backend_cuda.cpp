@@ -62,6 +62,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     DF_CUDA_CHECK(cudaSetDevice(device_));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
     DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (int i = 0; i < kSideStreams; ++i) {
+        DF_CUDA_CHECK(cudaStreamCreateWithFlags(&side_[i], cudaStreamNonBlocking));
+        DF_CUDA_CHECK(cudaEventCreateWithFlags(&join_[i], cudaEventDisableTiming));
+    }
+    DF_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     GridTables host{};
     fill_grid_tables(host);
     tables_ = static_cast<GridTables*>(alloc(sizeof(GridTables), MemKind::weights));
@@ -78,6 +83,11 @@ CudaBackend::~CudaBackend() {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     for (auto& [p, info] : allocs_) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
+    for (int i = 0; i < kSideStreams; ++i) {
+        cudaStreamDestroy(side_[i]);
+        cudaEventDestroy(join_[i]);
+    }
+    cudaEventDestroy(fork_);
     cudaStreamDestroy(stream_);
 }
 
@@ -116,6 +126,7 @@ void* CudaBackend::alloc(size_t bytes, MemKind kind) {
 
 void CudaBackend::release(void* p) {
     if (!p) return;
+    flush();
     DF_CUDA_REQUIRE(!capturing_, "release while a graph is being recorded");
     {
         std::lock_guard lock(mem_mu_);
@@ -130,12 +141,14 @@ void CudaBackend::release(void* p) {
 
 void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
+    flush();
     DF_CUDA_REQUIRE(!capturing_, "upload while a graph is being recorded");
     DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaBackend::download(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
+    flush();
     DF_CUDA_REQUIRE(!capturing_, "download while a graph is being recorded");
     DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -143,15 +156,18 @@ void CudaBackend::download(void* dst, const void* src, size_t bytes) {
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
+    flush();
     DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::zero(void* dst, size_t bytes) {
     if (!bytes) return;
+    flush();
     DF_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
 void CudaBackend::synchronize() {
+    flush();
     DF_CUDA_REQUIRE(!capturing_, "synchronize while a graph is being recorded");
     DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -241,6 +257,7 @@ static const QuantOps& ops_for(const Weight& w) {
 }
 
 void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
+    flush();
     const QuantOps& ops = ops_for(w);
     EmbedArgs a;
     a.w = matrix(w);
@@ -253,11 +270,39 @@ void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
 
 void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
                           float* out, int64_t out_stride) {
+    flush();
     launch_rmsnorm(x, x_stride, weight, n_rows, n, eps, out, out_stride, stream_);
 }
 
 void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) {
     if (T <= 0) return;
+    bool joins = !pending_.empty() && pending_x_ == x && pending_T_ == T && pending_.size() < kSideStreams + 1;
+    for (const PendingMatmul& p : pending_) joins = joins && p.out != out;
+    if (!joins) flush();
+    pending_x_ = x;
+    pending_T_ = T;
+    pending_.push_back({w, out, accumulate});
+}
+
+void CudaBackend::flush() {
+    if (pending_.empty()) return;
+    if (pending_.size() > 1) {
+        // Fork: the side streams start after everything already on the main stream.
+        DF_CUDA_CHECK(cudaEventRecord(fork_, stream_));
+        for (size_t i = 1; i < pending_.size(); ++i) {
+            DF_CUDA_CHECK(cudaStreamWaitEvent(side_[i - 1], fork_, 0));
+            const PendingMatmul& p = pending_[i];
+            run_matmul(p.w, pending_x_, pending_T_, p.out, p.accumulate, side_[i - 1]);
+            DF_CUDA_CHECK(cudaEventRecord(join_[i - 1], side_[i - 1]));
+        }
+    }
+    const PendingMatmul& p0 = pending_[0];
+    run_matmul(p0.w, pending_x_, pending_T_, p0.out, p0.accumulate, stream_);
+    for (size_t i = 1; i < pending_.size(); ++i) DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_[i - 1], 0));
+    pending_.clear();
+}
+
+void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s) {
     const QuantOps& ops = ops_for(w);
     if (T <= 8) {
         MatvecArgs a;
@@ -266,9 +311,10 @@ void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, boo
         a.T = T;
         a.out = out;
         a.accumulate = accumulate;
-        a.warps_per_row = warps_per_row(w, ops.unit, static_cast<int>((w.rows + 1) / 2));
+        // A function of the shape only: T must not change a token's summation order.
+        a.warps_per_row = warps_per_row(w, ops.unit, static_cast<int>((w.rows + 3) / 4));
         a.tables = tables_;
-        ops.matvec(a, stream_);
+        ops.matvec(a, s);
     } else {
         GemmArgs a;
         a.w = matrix(w);
@@ -278,12 +324,13 @@ void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, boo
         a.accumulate = accumulate;
         a.split = split_gemm_;
         a.tables = tables_;
-        ops.gemm(a, stream_);
+        ops.gemm(a, s);
     }
 }
 
 void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x, int T, float* out,
                               float* scratch) {
+    flush();
     if (T <= 0) return;
     const bool fused = T <= 8 && wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols &&
                        wg.row_stride == wu.row_stride;
@@ -295,18 +342,20 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
         a.x = x;
         a.T = T;
         a.out = out;
-        a.warps_per_row = warps_per_row(wg, ops.unit, static_cast<int>(wg.rows));
+        a.warps_per_row = warps_per_row(wg, ops.unit, static_cast<int>((wg.rows + 1) / 2));  // two outputs per group
         a.tables = tables_;
         ops.matvec(a, stream_);
         return;
     }
     matmul(wg, x, T, out, false);
     matmul(wu, x, T, scratch, false);
+    flush();
     launch_swiglu(out, scratch, static_cast<int64_t>(T) * wg.rows, stream_);
 }
 
 void CudaBackend::head_norm_rope(float* x, int heads, int head_dim, int head_stride, int row, const float* norm_w,
                                  float eps, const RopeShape& rope, const Step& s) {
+    flush();
     // The same host expression as the CPU backend, so both start from the same f32 ratio.
     const float theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));
     launch_head_norm_rope(x, s.T, heads, head_dim, head_stride, row, norm_w, eps, rope.n_rot, theta_scale, s.pos,
@@ -315,11 +364,13 @@ void CudaBackend::head_norm_rope(float* x, int heads, int head_dim, int head_str
 
 void CudaBackend::kv_store(const float* k, const float* v, void* k_cache, void* v_cache, KvType kt, int kv_dim,
                            const Step& s) {
+    flush();
     launch_kv_store(k, v, k_cache, v_cache, kt == KvType::f16, kv_dim, s.T, s.pos, stream_);
 }
 
 void CudaBackend::attention(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
                             const Step& s, float* out) {
+    flush();
     AttnArgs args;
     args.q = q;
     args.k_cache = k_cache;
@@ -341,15 +392,18 @@ void CudaBackend::attention(const float* q, const void* k_cache, const void* v_c
 }
 
 void CudaBackend::sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row, int T) {
+    flush();
     launch_sigmoid_mul(x, n, gate, width, gate_stride, gate_row, T, stream_);
 }
 
 void CudaBackend::gdn_conv(float* x, int T, const GdnShape& g, const float* w, float* conv_state) {
+    flush();
     launch_gdn_conv(x, T, g.channels(), g.conv_kernel, w, conv_state, stream_);
 }
 
 void CudaBackend::gdn_delta(const float* qkv, const float* alpha, const float* beta, const float* dt_bias,
                             const float* a_neg, int T, const GdnShape& g, float eps, float* state, float* out) {
+    flush();
     GdnArgs a;
     a.qkv = qkv;
     a.alpha = alpha;
@@ -368,18 +422,24 @@ void CudaBackend::gdn_delta(const float* qkv, const float* alpha, const float* b
 
 void CudaBackend::gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
                                 float* out) {
+    flush();
     launch_gated_rmsnorm(x, z, w, T, heads, n, eps, out, stream_);
 }
 
-void CudaBackend::add(float* y, const float* x, int64_t n) { launch_add(y, x, n, stream_); }
+void CudaBackend::add(float* y, const float* x, int64_t n) {
+    flush();
+    launch_add(y, x, n, stream_);
+}
 
 void CudaBackend::argmax(const float* x, int T, int n, int32_t* out) {
+    flush();
     launch_argmax(x, T, n, out, argmax_keys_, kArgmaxKeys, stream_);
 }
 
 // ---- graphs --------------------------------------------------------------------------------
 
 bool CudaBackend::begin_capture(uint64_t key) {
+    flush();
     DF_CUDA_REQUIRE(!capturing_, "begin_capture while already recording");
     DF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     capturing_ = true;
@@ -388,6 +448,7 @@ bool CudaBackend::begin_capture(uint64_t key) {
 }
 
 void CudaBackend::end_capture() {
+    flush();
     DF_CUDA_REQUIRE(capturing_, "end_capture without begin_capture");
     cudaGraph_t graph = nullptr;
     DF_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
@@ -400,6 +461,7 @@ void CudaBackend::end_capture() {
 }
 
 bool CudaBackend::replay(uint64_t key) {
+    flush();
     const auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
     DF_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));

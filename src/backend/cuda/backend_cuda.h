@@ -7,6 +7,7 @@
 #include <array>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -65,9 +66,21 @@ public:
     // Prefill GEMM precision: true (default) = three bf16 products per tile (f32-like); false =
     // one (bf16-rounded operands). DF_CUDA_GEMM=bf16 in the environment selects false.
     void set_split_gemm(bool split) { split_gemm_ = split; }
+    // Launches the held-back matmuls (every op and memory call does this first).
+    void flush();
     cudaStream_t stream() const { return stream_; }
 
 private:
+    // Matmuls that read the same activations (q/k/v; qkv/z/alpha/beta) are held back and then
+    // launched together on parallel streams (parallel branches inside a captured graph), so the
+    // small ones hide behind the large one instead of each paying its own latency.
+    struct PendingMatmul {
+        Weight w;
+        float* out;
+        bool accumulate;
+    };
+    void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s);
+
     QuantMatrix matrix(const Weight& w) const;
     int warps_per_row(const Weight& w, int unit, int row_groups) const;
     void account(size_t bytes, MemKind kind, bool add);
@@ -86,6 +99,13 @@ private:
     mutable std::mutex mem_mu_;
     std::unordered_map<void*, std::pair<size_t, MemKind>> allocs_;
     std::array<size_t, static_cast<size_t>(MemKind::count_)> in_use_{}, peak_{};
+
+    static constexpr int kSideStreams = 4;
+    cudaStream_t side_[kSideStreams] = {};
+    cudaEvent_t fork_ = nullptr, join_[kSideStreams] = {};
+    std::vector<PendingMatmul> pending_;
+    const float* pending_x_ = nullptr;
+    int pending_T_ = 0;
 
     std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
     bool capturing_ = false;

@@ -35,8 +35,9 @@ struct MatvecArgs {
     int T = 0;
     float* out = nullptr;
     bool accumulate = false;
-    int warps_per_row = 1;   // 1, 2, 4 or 8 warps share a pair of rows
+    int warps_per_row = 1;   // 1, 2, 4 or 8 warps share a group of rows
     const GridTables* tables = nullptr;
+    bool stage_x = false;    // set by the launcher: T > 1 reads activations from shared memory
 };
 
 // Tiled GEMM for any T: the same product as MatvecArgs (no fused gate/up). `split` selects

@@ -17,12 +17,18 @@
 namespace df::cuda {
 
 inline constexpr int kMatvecThreads = 256;
+inline constexpr size_t kMatvecMaxStage = 96 * 1024;  // staged activations, bytes per block
 
-// Units per lane and row in one chunk: the current chunk and the prefetched next one hold
-// 2 * U * R raw units in registers, about 48 bytes per unit slot at T = 1.
+// Rows a warp group works on together: every activation load serves all of them (4 rows at
+// T = 1 halve activation traffic on the shared L1 pipe; more tokens need the registers). In
+// fused gate/up mode the rows alternate gate, up of consecutive outputs.
+template <int NT>
+constexpr int matvec_rows() { return NT == 1 ? 4 : 2; }
+
+// Units per lane and row in one chunk: about 96 bytes of raw units per lane and chunk.
 template <Type TY, int NT>
 constexpr int matvec_unroll() {
-    const int u = 48 / static_cast<int>(sizeof(typename Quant<TY>::Raw) * NT);
+    const int u = 96 / static_cast<int>(sizeof(typename Quant<TY>::Raw) * NT * matvec_rows<NT>());
     return u < 1 ? 1 : (u > 8 ? 8 : u);
 }
 
@@ -31,7 +37,7 @@ constexpr int matvec_unroll() {
 // The next chunk is prefetched when the two register buffers stay small (<= 48 registers).
 template <Type TY, int NT>
 constexpr bool matvec_prefetch() {
-    return NT <= 2 && 4 * sizeof(typename Quant<TY>::Raw) * matvec_unroll<TY, NT>() <= 192;
+    return NT <= 2 && 2 * matvec_rows<NT>() * sizeof(typename Quant<TY>::Raw) * matvec_unroll<TY, NT>() <= 192;
 }
 
 template <Type TY, int NT>
@@ -47,7 +53,8 @@ template <Type TY, int NT, bool kPair>
 __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) matvec_kernel(const MatvecArgs a) {
     using Q = Quant<TY>;
     using Raw = typename Q::Raw;
-    constexpr int R = 2;       // rows per group
+    constexpr int R = matvec_rows<NT>();
+    constexpr int kOut = kPair ? R / 2 : R;  // outputs per row group
     constexpr int kGroups = Q::kUnit / 8;
     constexpr int kWarps = kMatvecThreads / 32;
     constexpr int U = matvec_unroll<TY, NT>();
@@ -65,12 +72,12 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     const int n_units = cols / Q::kUnit;
     const int chunk_units = U * L;
     const int chunks = (n_units + chunk_units - 1) / chunk_units;
-    const int row_groups = kPair ? rows : (rows + 1) / 2;
+    const int row_groups = (rows + kOut - 1) / kOut;
     const int stride = gridDim.x * groups_per_block;
 
     auto row_base = [&](int rg, int r) {
-        const int row = kPair ? rg : min(2 * rg + r, rows - 1);
-        const uint8_t* m = (kPair && r == 1) ? a.up : a.w.data;
+        const int row = kPair ? rg * kOut + r / 2 : rg * R + r;
+        const uint8_t* m = (kPair && (r & 1)) ? a.up : a.w.data;
         return m + static_cast<size_t>(min(row, rows - 1)) * a.w.row_stride;
     };
     // Lane li visits units li, li + L, li + 2L, ... in this order whatever T or U: a token's sum
@@ -93,16 +100,17 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
 
-    auto consume = [&](const Raw (&raw)[R], int u) {
+    // Decodes unit u of each row and accumulates its dot with the activations of the unit,
+    // token t's at xb + t * xstride (global memory, or the block's shared-memory stage).
+    auto consume_from = [&](const Raw (&raw)[R], const float* xb, size_t xstride) {
 #pragma unroll
         for (int g = 0; g < kGroups; ++g) {
-            const int col = u * Q::kUnit + 8 * g;
             float xv[NT][8];
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t < a.T) {
-                    const float4* xp = reinterpret_cast<const float4*>(a.x + static_cast<size_t>(t) * cols + col);
-                    const float4 lo = __ldg(xp), hi = __ldg(xp + 1);
+                    const float4* xp = reinterpret_cast<const float4*>(xb + t * xstride + 8 * g);
+                    const float4 lo = xp[0], hi = xp[1];
                     xv[t][0] = lo.x; xv[t][1] = lo.y; xv[t][2] = lo.z; xv[t][3] = lo.w;
                     xv[t][4] = hi.x; xv[t][5] = hi.y; xv[t][6] = hi.z; xv[t][7] = hi.w;
                 } else {
@@ -123,6 +131,9 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                 }
             }
         }
+    };
+    auto consume = [&](const Raw (&raw)[R], int u) {
+        consume_from(raw, a.x + static_cast<size_t>(u) * Q::kUnit, static_cast<size_t>(cols));
     };
 
     auto finish = [&](int rg) {
@@ -160,9 +171,10 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                 for (int t = 0; t < NT; ++t) {
                     if (lane != r * NT + t || t >= a.T) continue;
                     if constexpr (kPair) {
-                        if (r == 0) a.out[static_cast<size_t>(t) * rows + rg] = silu_f(acc[0][t]) * acc[1][t];
+                        const int o = rg * kOut + r / 2;
+                        if ((r & 1) == 0 && o < rows) a.out[static_cast<size_t>(t) * rows + o] = silu_f(acc[r][t]) * acc[r + 1][t];
                     } else {
-                        const int row = 2 * rg + r;
+                        const int row = rg * R + r;
                         if (row < rows) {
                             float* o = a.out + static_cast<size_t>(t) * rows + row;
                             *o = a.accumulate ? *o + acc[r][t] : acc[r][t];
@@ -176,6 +188,46 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
     };
 
+    if constexpr (NT > 1) {
+        if (a.stage_x) {
+            // T > 1: the activations of one chunk of columns are staged in shared memory for all
+            // warp groups of the block at once (one L2 read per block instead of one per row
+            // pair); the groups walk their row groups and chunks in lockstep. Each unit's row is
+            // padded by 4 floats so consecutive lanes hit distinct banks.
+            extern __shared__ __align__(16) float xs[];
+            constexpr int XS = Q::kUnit + 4;
+            for (int rg0 = blockIdx.x * groups_per_block; rg0 < row_groups; rg0 += stride) {
+                const int my_rg = rg0 + gw;
+                const bool live = my_rg < row_groups;
+                for (int c = 0; c < chunks; ++c) {
+                    const int u0 = c * chunk_units;
+                    __syncthreads();
+                    const int per_t = chunk_units * (Q::kUnit / 4);
+                    for (int i = threadIdx.x; i < NT * per_t; i += blockDim.x) {
+                        const int t = i / per_t, ul = (i % per_t) / (Q::kUnit / 4), q4 = i % (Q::kUnit / 4);
+                        const int u = u0 + ul;
+                        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                        if (t < a.T && u < n_units)
+                            v = __ldg(reinterpret_cast<const float4*>(a.x + static_cast<size_t>(t) * cols + u * Q::kUnit) + q4);
+                        *reinterpret_cast<float4*>(xs + (t * chunk_units + ul) * XS + 4 * q4) = v;
+                    }
+                    __syncthreads();
+                    if (live) {
+                        Raw raw[U][R];
+                        load_chunk(raw, my_rg, c);
+#pragma unroll
+                        for (int i = 0; i < U; ++i) {
+                            const int ul = i * L + li;
+                            if (u0 + ul < n_units)
+                                consume_from(raw[i], xs + ul * XS, static_cast<size_t>(chunk_units) * XS);
+                        }
+                    }
+                }
+                if (live) finish(my_rg);
+            }
+            return;
+        }
+    }
     int rg = blockIdx.x * groups_per_block + gw, ch = 0;
     auto advance = [&](int& nrg, int& nch) {
         nrg = rg;
@@ -222,20 +274,38 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     }
 }
 
+// Shared memory of the staged-activation path (T > 1), or 0 when it does not fit.
+template <Type TY, int NT>
+size_t matvec_stage_bytes(int warps_per_row) {
+    if (NT == 1) return 0;
+    const size_t b = sizeof(float) * NT * matvec_unroll<TY, NT>() * 32 * warps_per_row * (Quant<TY>::kUnit + 4);
+    return b <= kMatvecMaxStage ? b : 0;
+}
+
 template <Type TY, int NT, bool kPair>
-void matvec_launch_kernel(const MatvecArgs& a, cudaStream_t s) {
-    // Persistent grid: as many blocks as stay resident, fewer when there is less work.
-    static const int resident = [] {
+void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
+    MatvecArgs a = a_in;
+    const size_t smem = matvec_stage_bytes<TY, NT>(a.warps_per_row);
+    a.stage_x = smem > 0;
+    // Persistent grid: as many blocks as stay resident (cached per shared-memory size: ops are
+    // issued from one thread), fewer when there is less work.
+    static size_t cached_smem = ~size_t{0};
+    static int resident = 0;
+    if (smem != cached_smem) {
         int dev = 0, sms = 0, per_sm = 0;
+        DF_CUDA_CHECK(cudaFuncSetAttribute(matvec_kernel<TY, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kMatvecMaxStage)));
         DF_CUDA_CHECK(cudaGetDevice(&dev));
         DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<TY, NT, kPair>, kMatvecThreads, 0));
-        return sms * std::max(per_sm, 1);
-    }();
+        DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<TY, NT, kPair>, kMatvecThreads, smem));
+        resident = sms * std::max(per_sm, 1);
+        cached_smem = smem;
+    }
     const int groups_per_block = (kMatvecThreads / 32) / a.warps_per_row;
-    const int row_groups = kPair ? a.w.rows : (a.w.rows + 1) / 2;
+    constexpr int kOut = kPair ? matvec_rows<NT>() / 2 : matvec_rows<NT>();
+    const int row_groups = (a.w.rows + kOut - 1) / kOut;
     const int blocks = std::min(resident, (row_groups + groups_per_block - 1) / groups_per_block);
-    matvec_kernel<TY, NT, kPair><<<blocks, kMatvecThreads, 0, s>>>(a);
+    matvec_kernel<TY, NT, kPair><<<blocks, kMatvecThreads, smem, s>>>(a);
     DF_CUDA_LAUNCH_CHECK();
 }
 

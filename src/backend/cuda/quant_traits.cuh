@@ -27,8 +27,7 @@ struct Quant;
 // memory first: gathers with random indices from shared memory cost a few bank conflicts, from
 // L1 they saturated the load pipe (one wavefront per distinct line).
 enum TableBits : unsigned {
-    kTabIq2xxs = 1, kTabIq2xs = 2, kTabIq2s = 4, kTabIq3xxs = 8, kTabIq3s = 16, kTabIq4 = 32, kTabMask7 = 64,
-    kTabMask8 = 128,
+    kTabIq2xxs = 1, kTabIq2xs = 2, kTabIq2s = 4, kTabIq3xxs = 8, kTabIq3s = 16, kTabIq4 = 32,
 };
 template <class Q>
 constexpr unsigned tables_of() {
@@ -412,12 +411,22 @@ struct Quant<Type::Q6_K> {
 // Signs applied in the integer domain, 4 elements per word: with m = 0xFF in the bytes of
 // negative elements, (g ^ m ^ 0x80) + (m & 1) is 128 - g or 128 + g per byte (grid bytes are
 // 1..127, so no byte carries), i.e. the signed value offset by 128, which byte_to_f32 turns into
-// the exact float. 3 integer ops per 4 elements instead of a select per element.
+// the exact float. The byte masks come from the sign bits by arithmetic (no table gather: the
+// shared-memory pipe is the busy one): (s & 15) * 0x10204080 puts sign bit k at bit 7 of byte
+// k, and PRMT's sign-replicate mode turns each byte into 0x00 or 0xFF.
+DF_DEV uint32_t sign_bytes(uint32_t s4) {
+    uint32_t m;  // raw PTX: __byte_perm ignores the selector's sign-replicate bit
+    asm("prmt.b32 %0, %1, 0, 0xBA98;" : "=r"(m) : "r"((s4 & 15u) * 0x10204080u));
+    return m;
+}
 DF_DEV uint32_t apply_signs(uint32_t g, uint32_t m) { return (g ^ m ^ 0x80808080u) + (m & 0x01010101u); }
 
-// w[0..7] = the grid magnitudes of words e0 (elements 0..3) and e1 (4..7), signed by mask m.
-DF_DEV void signed_grid8(uint32_t e0, uint32_t e1, uint2 m, float (&w)[8]) {
-    const uint32_t s0 = apply_signs(e0, m.x), s1 = apply_signs(e1, m.y);
+// The 8 sign bits of a ksigns index: bit 7 makes the parity even.
+DF_DEV uint32_t ksigns8(uint32_t s7) { return s7 | ((__popc(s7) & 1u) << 7); }
+
+// w[0..7] = the grid magnitudes of words e0 (elements 0..3) and e1 (4..7), signed by bits s8.
+DF_DEV void signed_grid8(uint32_t e0, uint32_t e1, uint32_t s8, float (&w)[8]) {
+    const uint32_t s0 = apply_signs(e0, sign_bytes(s8)), s1 = apply_signs(e1, sign_bytes(s8 >> 4));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         w[k] = byte_to_f32(s0, k, 128.f);
@@ -426,13 +435,11 @@ DF_DEV void signed_grid8(uint32_t e0, uint32_t e1, uint2 m, float (&w)[8]) {
 }
 // Tables are read from the block's shared-memory copy (see stage_tables).
 DF_DEV uint2 grid_u64(const uint64_t* grid, uint32_t i) { return reinterpret_cast<const uint2*>(grid)[i]; }
-DF_DEV uint2 mask7(const GridTables* t, uint32_t i) { return grid_u64(t->sign_mask7, i); }
-DF_DEV uint2 mask8(const GridTables* t, uint32_t i) { return grid_u64(t->sign_mask8, i); }
 
 template <>
 struct Quant<Type::IQ2_XXS> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 64;
-    static constexpr unsigned kTables = kTabIq2xxs | kTabMask7;
+    static constexpr unsigned kTables = kTabIq2xxs;
     struct Raw { uint2 q; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -440,7 +447,7 @@ struct Quant<Type::IQ2_XXS> {
     }
     static DF_DEV float group(const Raw& r, int l, float (&w)[8], const GridTables* t) {
         const uint2 e = grid_u64(t->iq2xxs, byte_of(r.q.x, l));
-        signed_grid8(e.x, e.y, mask7(t, (r.q.y >> (7 * l)) & 127), w);
+        signed_grid8(e.x, e.y, ksigns8((r.q.y >> (7 * l)) & 127), w);
         return r.d * (0.5f + static_cast<float>(r.q.y >> 28)) * 0.25f;
     }
 };
@@ -448,7 +455,7 @@ struct Quant<Type::IQ2_XXS> {
 template <>
 struct Quant<Type::IQ2_XS> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 72;
-    static constexpr unsigned kTables = kTabIq2xs | kTabMask7;
+    static constexpr unsigned kTables = kTabIq2xs;
     struct Raw { uint2 q; uint32_t sc; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -458,7 +465,7 @@ struct Quant<Type::IQ2_XS> {
     static DF_DEV float group(const Raw& r, int l, float (&w)[8], const GridTables* t) {
         const uint32_t q = ((l < 2 ? r.q.x : r.q.y) >> (16 * (l & 1))) & 0xFFFFu;
         const uint2 e = grid_u64(t->iq2xs, q & 511);
-        signed_grid8(e.x, e.y, mask7(t, q >> 9), w);
+        signed_grid8(e.x, e.y, ksigns8(q >> 9), w);
         const uint32_t s = (l < 2 ? r.sc : r.sc >> 4) & 15;
         return r.d * (0.5f + static_cast<float>(s)) * 0.25f;
     }
@@ -467,7 +474,7 @@ struct Quant<Type::IQ2_XS> {
 template <>
 struct Quant<Type::IQ2_S> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 80;
-    static constexpr unsigned kTables = kTabIq2s | kTabMask8;
+    static constexpr unsigned kTables = kTabIq2s;
     struct Raw { uint32_t idx, signs, qh, sc; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -479,7 +486,7 @@ struct Quant<Type::IQ2_S> {
     static DF_DEV float group(const Raw& r, int l, float (&w)[8], const GridTables* t) {
         const uint32_t gi = byte_of(r.idx, l) | ((r.qh << (8 - 2 * l)) & 0x300u);
         const uint2 e = grid_u64(t->iq2s, gi);
-        signed_grid8(e.x, e.y, mask8(t, byte_of(r.signs, l)), w);
+        signed_grid8(e.x, e.y, byte_of(r.signs, l), w);
         const uint32_t s = (l < 2 ? r.sc : r.sc >> 4) & 15;
         return r.d * (0.5f + static_cast<float>(s)) * 0.25f;
     }
@@ -488,7 +495,7 @@ struct Quant<Type::IQ2_S> {
 template <>
 struct Quant<Type::IQ3_XXS> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 96;
-    static constexpr unsigned kTables = kTabIq3xxs | kTabMask7;
+    static constexpr unsigned kTables = kTabIq3xxs;
     struct Raw { uint2 q; uint32_t aux; float d; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -499,7 +506,7 @@ struct Quant<Type::IQ3_XXS> {
         const uint32_t qw = l < 2 ? r.q.x : r.q.y;
         const uint32_t e1 = t->iq3xxs[byte_of(qw, 2 * (l & 1))];
         const uint32_t e2 = t->iq3xxs[byte_of(qw, 2 * (l & 1) + 1)];
-        signed_grid8(e1, e2, mask7(t, (r.aux >> (7 * l)) & 127), w);
+        signed_grid8(e1, e2, ksigns8((r.aux >> (7 * l)) & 127), w);
         return r.d * (0.5f + static_cast<float>(r.aux >> 28)) * 0.5f;
     }
 };
@@ -507,7 +514,7 @@ struct Quant<Type::IQ3_XXS> {
 template <>
 struct Quant<Type::IQ3_S> {
     static constexpr int kBlock = 256, kUnit = 32, kHead = 2, kBody = 108;
-    static constexpr unsigned kTables = kTabIq3s | kTabMask8;
+    static constexpr unsigned kTables = kTabIq3s;
     struct Raw { uint32_t q0, q1, qh, signs; float db; };
     static DF_DEV Raw load(const uint8_t* body, const uint8_t* head, int u) {
         const size_t b = static_cast<size_t>(u >> 3);
@@ -522,7 +529,7 @@ struct Quant<Type::IQ3_S> {
         const uint32_t qw = l < 2 ? r.q0 : r.q1;
         const uint32_t i1 = byte_of(qw, 2 * (l & 1)) | ((r.qh << (8 - 2 * l)) & 256u);
         const uint32_t i2 = byte_of(qw, 2 * (l & 1) + 1) | ((r.qh << (7 - 2 * l)) & 256u);
-        signed_grid8(t->iq3s[i1], t->iq3s[i2], mask8(t, byte_of(r.signs, l)), w);
+        signed_grid8(t->iq3s[i1], t->iq3s[i2], byte_of(r.signs, l), w);
         return r.db;
     }
 };
@@ -589,8 +596,6 @@ DF_DEV const GridTables* stage_tables(GridTables* dst, const GridTables* src) {
         if (bits & kTabIq3xxs) copy(dst->iq3xxs, src->iq3xxs, sizeof src->iq3xxs);
         if (bits & kTabIq3s) copy(dst->iq3s, src->iq3s, sizeof src->iq3s);
         if (bits & kTabIq4) copy(dst->iq4nl, src->iq4nl, sizeof src->iq4nl);
-        if (bits & kTabMask7) copy(dst->sign_mask7, src->sign_mask7, sizeof src->sign_mask7);
-        if (bits & kTabMask8) copy(dst->sign_mask8, src->sign_mask8, sizeof src->sign_mask8);
         __syncthreads();
         return dst;
     }

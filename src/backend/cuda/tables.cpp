@@ -13,13 +13,6 @@ void fill_grid_tables(GridTables& t) {
     std::memcpy(t.iq3xxs, quant::iq3xxs_grid, sizeof t.iq3xxs);
     std::memcpy(t.iq3s, quant::iq3s_grid, sizeof t.iq3s);
     for (int i = 0; i < 16; ++i) t.iq4nl[i] = static_cast<float>(quant::kvalues_iq4nl[i]);
-    for (int b = 0; b < 256; ++b) {
-        uint64_t m = 0;
-        for (int j = 0; j < 8; ++j)
-            if (b >> j & 1) m |= uint64_t{0xFF} << (8 * j);
-        t.sign_mask8[b] = m;
-    }
-    for (int i = 0; i < 128; ++i) t.sign_mask7[i] = t.sign_mask8[quant::ksigns_iq2xs[i]];
 }
 
 }  // namespace df::cuda

@@ -13,8 +13,6 @@ struct alignas(16) GridTables {
     uint32_t iq3xxs[256];
     uint32_t iq3s[512];
     float iq4nl[16];
-    uint64_t sign_mask7[128];  // ksigns index -> byte mask (0xFF where the element is negative)
-    uint64_t sign_mask8[256];  // explicit sign byte -> byte mask
 };
 
 // Fills a host copy (the backend uploads it).
