@@ -21,10 +21,14 @@ bool aborted(const GenerateOptions& o) { return o.abort && o.abort->load(std::me
 // Prompt tokens evaluated between abort checks: a long prompt on a slow CPU stays interruptible.
 constexpr size_t kPrefillSlice = 512;
 
+struct Prefill {
+    int reused = 0;
+    bool aborted = false;
+};
+
 // Makes the session hold `prompt` like Session::set_prompt, but in slices with an abort check
-// between them. Returns the reused tokens, or -1 when aborted (the cache then holds a prefix
-// of the prompt, which the next call reuses).
-int prefill(Session& s, std::span<const int32_t> prompt, const GenerateOptions& o) {
+// between them. When aborted, the cache holds a prefix of the prompt, which the next call reuses.
+Prefill prefill(Session& s, std::span<const int32_t> prompt, const GenerateOptions& o) {
     const auto& cached = s.tokens();
     size_t common = 0;
     while (common < cached.size() && common < prompt.size() && cached[common] == prompt[common]) ++common;
@@ -32,12 +36,13 @@ int prefill(Session& s, std::span<const int32_t> prompt, const GenerateOptions& 
     // rewind), so its first slice starts there too.
     const bool restarts = common < cached.size() && s.model().impl().model->config().n_recurrent() > 0;
     const size_t first = std::min(prompt.size(), (restarts ? 0 : common) + kPrefillSlice);
-    const int reused = s.set_prompt(prompt.first(first));
-    for (size_t off = first; off < prompt.size(); off += kPrefillSlice) {
-        if (aborted(o)) return -1;
-        s.append(prompt.subspan(off, std::min(kPrefillSlice, prompt.size() - off)));
+    Prefill r;
+    r.reused = s.set_prompt(prompt.first(first));
+    for (size_t off = first; off < prompt.size() && !r.aborted; off += kPrefillSlice) {
+        r.aborted = aborted(o);
+        if (!r.aborted) s.append(prompt.subspan(off, std::min(kPrefillSlice, prompt.size() - off)));
     }
-    return reused;
+    return r;
 }
 
 }  // namespace
@@ -71,15 +76,13 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         r.stop = StopReason::aborted;
         return r;
     }
-    const int reused = prefill(session, prompt, options);
-    const auto t_prefilled = Clock::now();
-    r.stats.prefill_ms = ms_between(t0, t_prefilled);
-    if (reused < 0) {
+    const Prefill pre = prefill(session, prompt, options);
+    r.stats.prefill_ms = ms_between(t0, Clock::now());
+    r.stats.reused_tokens = pre.reused;
+    if (pre.aborted) {
         r.stop = StopReason::aborted;
-        r.stats.reused_tokens = 0;
         return r;
     }
-    r.stats.reused_tokens = reused;
     if (options.max_tokens == 0) {
         r.stop = StopReason::max_tokens;
         return r;

@@ -75,7 +75,7 @@ size_t TextStream::stop_prefix_tail(const std::string& s) const {
 
 void TextStream::add(std::string t, bool release, Out& out) {
     if (at_start_) {
-        t.erase(0, t.find_first_not_of('\n') == std::string::npos ? t.size() : t.find_first_not_of('\n'));
+        t.erase(0, std::min(t.size(), t.find_first_not_of('\n')));
         at_start_ = t.empty();
     }
     if (part_ == Part::reasoning) {

@@ -51,7 +51,7 @@ public:
 
     // Reads until `needle` appears at or after `from`; returns the offset just past it, or
     // npos after the timeout (or when the program ended).
-    size_t wait_for(const std::string& needle, size_t from, double seconds = 60) {
+    size_t wait_for(const std::string& needle, size_t from, double seconds = 300) {
         const auto end = Clock::now() + std::chrono::duration<double>(seconds);
         for (;;) {
             const size_t at = out_.find(needle, from);
@@ -60,7 +60,7 @@ public:
         }
     }
     // Waits for more output than `from` bytes.
-    bool wait_more(size_t from, double seconds = 60) {
+    bool wait_more(size_t from, double seconds = 300) {
         const auto end = Clock::now() + std::chrono::duration<double>(seconds);
         while (out_.size() <= from)
             if (Clock::now() > end || !pump(50)) return false;
@@ -120,7 +120,7 @@ long cached_in_stats(const std::string& out, size_t from) {
 }
 
 TEST(ChatPty, TwoTurnsCtrlCResetExit) {
-    Pty t(chat_args(600));
+    Pty t(chat_args(300));
     ASSERT_TRUE(t.started());
     size_t at = t.wait_for(kPrompt, 0);
     ASSERT_NE(at, std::string::npos) << "no prompt:\n" << t.out();
