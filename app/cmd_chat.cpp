@@ -85,6 +85,7 @@ void run(ChatArgs& a) {
         } catch (const diskformer::Error& e) {
             print.finish();
             std::fprintf(stderr, "error: %s\n", e.what());
+            note("(/reset starts a new conversation)");
         }
     }
 }
