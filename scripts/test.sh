@@ -20,7 +20,7 @@ fi
 echo "== ASan+UBSan tests"
 # The heaviest repeats of the release run's model sweeps are left out here (they exercise the
 # same code paths). -O0: GCC 12 gives false -Wmaybe-uninitialized in libstdc++ at -O1 + ASan.
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDF_SANITIZE=ON -DDF_CUDA=OFF \
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g -DDF_SANITIZE=ON -DDF_CUDA=OFF \
       -DDF_WERROR=ON >/dev/null
 cmake --build build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
