@@ -191,6 +191,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         sink += static_cast<size_t>(t.elements() + t.rows()) + t.data[0] + t.data[t.bytes - 1];
     }
     g_sink = sink;
-    round_trip(*f);
+    // A tiny file may declare a huge (valid, power-of-two) alignment; re-writing it would pad
+    // gigabytes, which measures the harness, not the reader.
+    if (f->alignment() <= (uint64_t{1} << 20)) round_trip(*f);
     return 0;
 }
