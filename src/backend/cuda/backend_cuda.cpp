@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -71,10 +72,18 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     fill_grid_tables(host);
     tables_ = static_cast<GridTables*>(alloc(sizeof(GridTables), MemKind::weights));
     upload(tables_, &host, sizeof host);
+    {
+        auto itab = std::make_unique<ImmaTables>();
+        fill_imma_tables(*itab);
+        imma_tables_ = static_cast<ImmaTables*>(alloc(sizeof(ImmaTables), MemKind::weights));
+        upload(imma_tables_, itab.get(), sizeof(ImmaTables));
+    }
     attn_partial_ = static_cast<float*>(alloc(kAttnPartialBytes, MemKind::scratch));
     attn_partial_floats_ = kAttnPartialBytes / sizeof(float);
     argmax_keys_ = static_cast<unsigned long long*>(alloc(sizeof(unsigned long long) * kArgmaxKeys, MemKind::scratch));
     if (const char* g = std::getenv("DF_CUDA_GEMM")) split_gemm_ = std::string(g) != "bf16";
+    if (const char* m = std::getenv("DF_CUDA_MATVEC")) imma_ = std::string(m) != "f32";
+    if (const char* m = std::getenv("DF_CUDA_IMMA_SKIP")) imma_skip_ = m;  // block type names, for A/B runs
     synchronize();
 }
 
@@ -207,6 +216,25 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
                                       cudaMemcpyHostToDevice, stream_));
         DF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the staging buffer is refilled next
     }
+    // Activation buffers of the integer tensor-core matvec, sized by the widest such weight
+    // (allocated here: never while a graph is recorded).
+    const QuantOps* ops = quant_ops(held);
+    if (ops && ops->imma && cols % 256 == 0) {
+        if (cols > xq_cols_) {
+            release(xq_);
+            release(xe_);
+            xq_ = static_cast<uint2*>(alloc(act_quant_xq_bytes(static_cast<int>(cols)), MemKind::scratch));
+            xe_ = static_cast<float*>(alloc(sizeof(float) * 8 * static_cast<size_t>(cols / 256), MemKind::scratch));
+            xq_cols_ = static_cast<int>(cols);
+        }
+        const int tiles = static_cast<int>((rows + 15) / 16);
+        if (!imma_partial_) imma_partial_ = static_cast<float*>(alloc(kStreams * imma_scratch_bytes(imma_blocks()), MemKind::scratch));
+        if (tiles > imma_tiles_) {  // counters start (and are left) at zero
+            release(imma_counters_);
+            imma_counters_ = static_cast<unsigned*>(alloc(sizeof(unsigned) * kStreams * static_cast<size_t>(tiles), MemKind::scratch));
+            imma_tiles_ = tiles;
+        }
+    }
     Weight w;
     w.type = held;
     w.cols = cols;
@@ -256,6 +284,35 @@ static const QuantOps& ops_for(const Weight& w) {
     return *ops;
 }
 
+bool CudaBackend::use_imma(const Weight& w, int T) const {
+    return imma_ && T <= 8 && ops_for(w).imma && w.cols % 256 == 0 && w.cols <= xq_cols_ && (w.rows + 15) / 16 <= imma_tiles_ &&
+           (imma_skip_.empty() || imma_skip_.find(quant::type_name(w.type)) == std::string::npos);
+}
+
+void CudaBackend::quantize_activations(const float* x, int T, int cols, cudaStream_t s) {
+    launch_act_quant(x, T, cols, xq_, xe_, s);
+}
+
+ImmaArgs CudaBackend::imma_args(const Weight& w, const uint8_t* up, int T, float* out, bool accumulate,
+                                cudaStream_t s) const {
+    int slot = 0;  // matmuls on parallel streams need their own scratch
+    for (int i = 0; i < kSideStreams; ++i)
+        if (s == side_[i]) slot = i + 1;
+    ImmaArgs a;
+    a.w = matrix(w);
+    a.up = up;
+    a.xq = xq_;
+    a.xe = xe_;
+    a.T = T;
+    a.out = out;
+    a.accumulate = accumulate;
+    a.blocks = imma_blocks();
+    a.partial = imma_partial_ + slot * (imma_scratch_bytes(a.blocks) / sizeof(float));
+    a.counters = imma_counters_ + static_cast<size_t>(slot) * imma_tiles_;
+    a.itables = imma_tables_;
+    return a;
+}
+
 void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
     flush();
     const QuantOps& ops = ops_for(w);
@@ -286,6 +343,10 @@ void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, boo
 
 void CudaBackend::flush() {
     if (pending_.empty()) return;
+    // Matmuls sharing the activations share their conversion (before the fork).
+    bool quantize = false;
+    for (const PendingMatmul& p : pending_) quantize = quantize || use_imma(p.w, pending_T_);
+    if (quantize) quantize_activations(pending_x_, pending_T_, static_cast<int>(pending_[0].w.cols), stream_);
     if (pending_.size() > 1) {
         // Fork: the side streams start after everything already on the main stream.
         DF_CUDA_CHECK(cudaEventRecord(fork_, stream_));
@@ -304,7 +365,9 @@ void CudaBackend::flush() {
 
 void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s) {
     const QuantOps& ops = ops_for(w);
-    if (T <= 8) {
+    if (use_imma(w, T)) {
+        ops.imma(imma_args(w, nullptr, T, out, accumulate, s), s);  // flush() converted x
+    } else if (T <= 8) {
         MatvecArgs a;
         a.w = matrix(w);
         a.x = x;
@@ -334,6 +397,11 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
     if (T <= 0) return;
     const bool fused = T <= 8 && wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols &&
                        wg.row_stride == wu.row_stride;
+    if (fused && use_imma(wg, T)) {
+        quantize_activations(x, T, static_cast<int>(wg.cols), stream_);
+        ops_for(wg).imma(imma_args(wg, static_cast<const uint8_t*>(wu.data), T, out, false, stream_), stream_);
+        return;
+    }
     if (fused) {
         const QuantOps& ops = ops_for(wg);
         MatvecArgs a;

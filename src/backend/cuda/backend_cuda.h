@@ -80,6 +80,11 @@ private:
         bool accumulate;
     };
     void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s);
+    // Integer tensor-core matvec (imma.cuh): used for T <= 8 where the type has a decoder.
+    bool use_imma(const Weight& w, int T) const;
+    void quantize_activations(const float* x, int T, int cols, cudaStream_t s);
+    ImmaArgs imma_args(const Weight& w, const uint8_t* up, int T, float* out, bool accumulate, cudaStream_t s) const;
+    int imma_blocks() const { return 2 * sm_count_; }
 
     QuantMatrix matrix(const Weight& w) const;
     int warps_per_row(const Weight& w, int unit, int row_groups) const;
@@ -89,18 +94,29 @@ private:
     int sm_count_ = 0;
     cudaStream_t stream_ = nullptr;
     GridTables* tables_ = nullptr;      // device copy of the IQ grids
+    ImmaTables* imma_tables_ = nullptr; // replicated lookup tables of the imma matvec
     float* attn_partial_ = nullptr;     // split-attention partial results
     size_t attn_partial_floats_ = 0;
     unsigned long long* argmax_keys_ = nullptr;  // one per row of an argmax call
     void* staging_ = nullptr;           // pinned host buffer for weight uploads
     size_t staging_bytes_ = 0;
     bool split_gemm_ = true;
+    bool imma_ = true;                  // DF_CUDA_MATVEC=f32 selects the f32-FMA matvec instead
+    uint2* xq_ = nullptr;               // converted activations of the imma matvec
+    float* xe_ = nullptr;
+    int xq_cols_ = 0;
+    float* imma_partial_ = nullptr;     // stream-K partial sums, one region per stream
+    unsigned* imma_counters_ = nullptr; // stream-K tile counters, imma_tiles_ per stream
+    int imma_tiles_ = 0;
+    // Types kept on the f32 matvec (DF_CUDA_IMMA_SKIP overrides): Q8_0's imma kernel is slower
+    // than its f32 one for now (bench/RESULTS.md).
+    std::string imma_skip_ = "Q8_0";
 
     mutable std::mutex mem_mu_;
     std::unordered_map<void*, std::pair<size_t, MemKind>> allocs_;
     std::array<size_t, static_cast<size_t>(MemKind::count_)> in_use_{}, peak_{};
 
-    static constexpr int kSideStreams = 4;
+    static constexpr int kSideStreams = 4, kStreams = kSideStreams + 1;
     cudaStream_t side_[kSideStreams] = {};
     cudaEvent_t fork_ = nullptr, join_[kSideStreams] = {};
     std::vector<PendingMatmul> pending_;

@@ -36,6 +36,22 @@ DF_DEV uint32_t ldg_u32(const uint8_t* p) { return __ldg(reinterpret_cast<const 
 DF_DEV uint2 ldg_u64(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 DF_DEV uint4 ldg_u128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
+DF_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Asynchronous global -> shared copies of N = 4, 8 or 16 bytes (both addresses N-aligned);
+// 16-byte copies bypass L1 (weights are streamed once).
+template <int N>
+DF_DEV void cp_async(void* smem, const void* gmem) {
+    static_assert(N == 4 || N == 8 || N == 16);
+    if constexpr (N == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem_addr(smem)), "l"(gmem), "n"(N) : "memory");
+}
+DF_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+DF_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 DF_DEV float f16_bits_to_f32(uint32_t h) { return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xFFFFu))); }
 
 // Byte k of w (0..255) as an exact float: the byte becomes the low mantissa bits of 2^23, one

@@ -25,8 +25,6 @@ constexpr size_t gemm_smem_bytes() {
     return static_cast<size_t>(kSplit ? 2 : 1) * (kGemmBM + kGemmBN) * kGemmLd * sizeof(__nv_bfloat16);
 }
 
-DF_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
 DF_DEV void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));

@@ -13,6 +13,7 @@
 namespace df::cuda {
 
 struct GridTables;
+struct ImmaTables;
 
 // ---- quantized weights (one translation unit per block type) ------------------------------
 
@@ -62,12 +63,36 @@ struct EmbedArgs {
     const GridTables* tables = nullptr;
 };
 
+// The same product as MatvecArgs on the integer tensor cores (imma.cuh), from activations that
+// launch_act_quant has converted (xq, xe); cols a multiple of 256.
+struct ImmaArgs {
+    QuantMatrix w;
+    const uint8_t* up = nullptr;   // fused gate/up, as MatvecArgs
+    const uint2* xq = nullptr;
+    const float* xe = nullptr;
+    int T = 0;
+    float* out = nullptr;
+    bool accumulate = false;
+    int blocks = 0;                // grid: 2 per SM (stream-K; a function of the device only)
+    float* partial = nullptr;      // per-stream scratch of imma_scratch_bytes(blocks)
+    unsigned* counters = nullptr;  // per-stream, one per 16-row tile, zero between calls
+    const ImmaTables* itables = nullptr;
+};
+
 struct QuantOps {
     int unit;  // elements per decode unit: cols must be a multiple of it for matmul
     void (*matvec)(const MatvecArgs&, cudaStream_t);
     void (*gemm)(const GemmArgs&, cudaStream_t);
     void (*embed)(const EmbedArgs&, cudaStream_t);
+    void (*imma)(const ImmaArgs&, cudaStream_t);  // nullptr: no integer tensor-core decoder
 };
+
+// Activations of T <= 8 tokens as the imma kernels read them (imma.cuh explains the format):
+// xq needs act_quant_xq_bytes(cols) bytes, xe 8 * cols / 256 floats; cols a multiple of 256.
+size_t act_quant_xq_bytes(int cols);
+void launch_act_quant(const float* x, int T, int cols, uint2* xq, float* xe, cudaStream_t s);
+// Scratch of the imma kernels launched with `blocks` blocks.
+size_t imma_scratch_bytes(int blocks);
 
 // nullptr for types without a native decoder (they are held as F32).
 const QuantOps* quant_ops(quant::Type t);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/cuda/gemm.cuh"
+#include "backend/cuda/imma.cuh"
 #include "backend/cuda/matvec.cuh"
 
 #define DF_CUDA_DEFINE_QUANT_OPS(name)                                                              \
@@ -10,5 +11,6 @@
     static_assert(quant_consistent<Type::name>(), #name ": decoder disagrees with the type table"); \
     extern const QuantOps kQuantOps_##name;                                                         \
     const QuantOps kQuantOps_##name = {Quant<Type::name>::kUnit, matvec_launch<Type::name>,          \
-                                       gemm_launch<Type::name>, embed_launch<Type::name>};           \
+                                       gemm_launch<Type::name>, embed_launch<Type::name>, \
+                                       imma_entry<Type::name>()};           \
     }

@@ -1,0 +1,612 @@
+// Matrix-vector products on the integer tensor cores, for T <= 8 tokens (decode and verify).
+//
+// Why: turning a 2-bit IQ weight into a float and multiplying it by an f32 activation costs ~6
+// instructions; decode of the 27B preset was bound by instruction issue at ~13 % of bandwidth.
+// Here weights stay small integers (grid magnitudes with their signs, as int8) and activations
+// become integers that are exact enough (act_quant.cu):
+//   per token and 256-column unit u, x = e_u * v, e_u a power of two, v an integer with
+//   |v| <= 2^30 (rounding error <= 2^-31 of the unit's largest |x|), v split into four signed
+//   bytes ("limbs"), v = l0 + 2^8 l1 + 2^16 l2 + 2^24 l3.
+// One mma.m16n8k32.s8 multiplies 16 weight rows by 32 columns for 8 "columns" = 2 tokens x 4
+// limbs, exactly, in int32. Integer sub-block scales multiply the int32 sums (still exact); once
+// per unit the sums become float, times the block scale and e_u; at the end the limbs are
+// recombined. Rounding: f32 accumulation over units and the activations' 2^-31, both below
+// the f32-FMA path's (DESIGN.md, numerics).
+//
+// Activation layout (written by act_quant.cu): for n-tile nt (tokens 2nt, 2nt+1), 32-column
+// slab s and lane l = 4c + q (c = 4 (token & 1) + limb, q = lane within its quad), the 8 bytes
+// xq[(nt * slabs + s) * 32 + l] hold that limb of elements 32s + 8q .. 32s + 8q + 7: the B
+// fragment of lane l as it is, one 8-byte load. The mma's K order is permuted to match: lane
+// q's A bytes are the weights 8q .. 8q+7 of the slab (a sum does not care about order).
+//
+// Work split: stream-K over 16-row tiles (see the kernel); each warp streams its weight bytes
+// with cp.async through a private multi-stage ring in shared memory, and lanes read their rows'
+// bytes from there.
+#pragma once
+
+#include <algorithm>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_traits.cuh"
+
+namespace df::cuda {
+
+inline constexpr int kImmaWarps = 8;
+inline constexpr int kImmaThreads = 32 * kImmaWarps;
+inline constexpr int kImmaUnit = 256;  // columns per unit (one exponent per token and unit)
+
+DF_DEV void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint2 b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(0));
+}
+
+// Exact int -> float for |v| < 2^22 with two full-rate instructions (I2F is quarter rate).
+DF_DEV float small_int_to_f32(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
+
+DF_DEV uint2 lds_u2(const uint8_t* p) { return *reinterpret_cast<const uint2*>(p); }
+DF_DEV uint32_t lds_u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+DF_DEV uint32_t lds_u16(const uint8_t* p) { return *reinterpret_cast<const unsigned short*>(p); }
+
+// PRMT with a run-time selector: CUDA's __byte_perm masks the selector first (an extra LOP per
+// call); every selector here has its nibbles' bit 3 clear, as the default mode needs.
+DF_DEV uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// Replicated tables (tables.h, ImmaTables): lane l reads copy l % R of entry i, at byte offset
+// i * 4R + 4 (l % R) (ImmaLane holds the lane part): one multiply-add and one LDS.
+template <int R>
+DF_DEV uint32_t rep(const uint8_t* t, uint32_t lane_off, uint32_t i) {
+    return *reinterpret_cast<const uint32_t*>(t + (i * (4u * R) + lane_off));
+}
+
+// Copies `bytes` (a multiple of 16) from global to shared memory with the whole block.
+DF_DEV void copy_table_async(void* dst, const void* src, int bytes) {
+    for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+        cp_async<16>(static_cast<uint8_t*>(dst) + 16 * i, static_cast<const uint8_t*>(src) + 16 * i);
+}
+
+// IQ2 grids hold only the magnitudes 8, 25, 43: one PRMT turns a selector of level codes with
+// the sign at bit 2 of each nibble into 4 signed int8 weights (bytes 0..3: +8, +25, +43;
+// bytes 4..7: -8, -25, -43).
+inline constexpr uint32_t kIq2Pos = 0x002B1908u, kIq2Neg = 0x00D5E7F8u;
+// `pos` is kIq2Pos held in a register (ImmaLane): as an immediate the compiler re-creates it
+// before every PRMT.
+DF_DEV void iq2_bytes(uint32_t pos, uint32_t sel, uint32_t& lo, uint32_t& hi) {
+    lo = prmt(pos, kIq2Neg, sel);
+    hi = prmt(pos, kIq2Neg, sel >> 16);
+}
+// Any magnitudes 1..127 (IQ3 grids): byte j comes from g or from its negation; sel is a
+// selector word of the *_sel sign tables (0x3210 plus 4 at each negative byte).
+DF_DEV uint32_t signed4(uint32_t g, uint32_t sel) { return prmt(g, ~g + 0x01010101u, sel); }
+
+// Per-lane constants of a decoder: table bases offset by the lane's replica, q-dependent shifts.
+struct ImmaLane {
+    const uint8_t* grid;  // the block's tables in shared memory
+    const uint8_t* sign;
+    uint32_t glane, slane;  // lane offsets in the replicated tables
+    uint32_t byte_sel;      // PRMT selector: byte q of a word to byte 0, zeros above
+    uint32_t shift7;        // 7 q
+    uint32_t pos;           // kIq2Pos
+    int q;
+};
+
+// Per-unit partial sums of one warp: exact int32 (integer-scaled types) or f32 (types whose
+// scale per 32 is a float, applied per mma).
+template <int NT>
+struct ImmaPartial {
+    int i[NT][4];
+    float f[NT][4];
+};
+
+template <int NT>
+DF_DEV void imma_add_int(ImmaPartial<NT>& p, int nt, const int (&c)[4], int s0, int s1) {
+    p.i[nt][0] += c[0] * s0;
+    p.i[nt][1] += c[1] * s0;
+    p.i[nt][2] += c[2] * s1;
+    p.i[nt][3] += c[3] * s1;
+}
+
+template <int NT>
+DF_DEV void imma_mma_int(const uint32_t (&a)[4], const uint2 (&b)[NT], int s0, int s1, ImmaPartial<NT>& p) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        int c[4];
+        mma_s8(c, a, b[nt]);
+        imma_add_int(p, nt, c, s0, s1);
+    }
+}
+
+// Types whose scale changes every 16 columns: the slab's lanes 0,1 (groups 0,1) and 2,3
+// (groups 2,3) are multiplied separately by zeroing the other half's activations.
+template <int NT>
+DF_DEV void imma_mma_int16(const uint32_t (&a)[4], const uint2 (&b)[NT], int q, const int (&s)[4], ImmaPartial<NT>& p) {
+    const bool lo = q < 2;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const uint2 z = make_uint2(0u, 0u);
+        int c[4];
+        mma_s8(c, a, lo ? b[nt] : z);
+        imma_add_int(p, nt, c, s[0], s[2]);
+        mma_s8(c, a, lo ? z : b[nt]);
+        imma_add_int(p, nt, c, s[1], s[3]);
+    }
+}
+
+// ---- decoders: Imma<T> gives, for a 256-column unit of a row staged in shared memory,
+//   kBody   bytes of the unit in the row (block bodies), copied kCopy bytes at a time;
+//   kStride the staged row stride (bank-conflict free for the 8 rows a load instruction reads);
+//   kHead   bytes of split heads staged per row, from head_src(u) in the row's head array;
+//   Tabs    its shared-memory tables, load_tabs() starts copying them (cp.async);
+//   sub()   the mma of 32-column slab m for rows r0 (g) and r1 (g + 8), lane q;
+//   unit_scale() the float that multiplies the unit's integer sums.
+
+template <Type T>
+struct Imma {
+    static constexpr bool kSupported = false;
+};
+
+struct ImmaNoTabs {
+    static constexpr int kGridR = 1, kSignR = 1;
+    struct Tabs { uint32_t grid[1], sign[1]; };
+    static DF_DEV void load_tabs(Tabs&, const ImmaTables*) {}
+};
+
+template <>
+struct Imma<Type::Q8_0> : ImmaNoTabs {
+    static constexpr bool kSupported = true;
+    static constexpr int kBody = 256, kCopy = 16, kStride = 288, kHead = 16, kStages = 2;
+    static DF_DEV size_t head_src(int u) { return 16 * static_cast<size_t>(u); }
+    static DF_DEV float unit_scale(const uint8_t*, int) { return 0.f; }
+    template <int NT>
+    static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t* h0, const uint8_t* h1, int m,
+                           const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
+        const uint2 w0 = lds_u2(r0 + 32 * m + 8 * l.q), w1 = lds_u2(r1 + 32 * m + 8 * l.q);
+        const uint32_t a[4] = {w0.x, w1.x, w0.y, w1.y};
+        const float d0 = f16_bits_to_f32(lds_u16(h0 + 2 * m)), d1 = f16_bits_to_f32(lds_u16(h1 + 2 * m));
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            int c[4];
+            mma_s8(c, a, b[nt]);  // |c| <= 32 * 128 * 128 < 2^22
+            p.f[nt][0] = fmaf(small_int_to_f32(c[0]), d0, p.f[nt][0]);
+            p.f[nt][1] = fmaf(small_int_to_f32(c[1]), d0, p.f[nt][1]);
+            p.f[nt][2] = fmaf(small_int_to_f32(c[2]), d1, p.f[nt][2]);
+            p.f[nt][3] = fmaf(small_int_to_f32(c[3]), d1, p.f[nt][3]);
+        }
+    }
+};
+
+// The IQ types keep one f16 per 256-block in the split-head array; two neighbours are copied
+// (4 bytes, aligned) and the unit's is picked.
+struct ImmaIqHead {
+    static constexpr int kHead = 4;
+    static DF_DEV size_t head_src(int u) { return 2 * static_cast<size_t>(u & ~1); }
+    static DF_DEV float head(const uint8_t* h, int u) { return f16_bits_to_f32(lds_u16(h + 2 * (u & 1))); }
+};
+
+// Rows of the IQ types: `row` fills a[0], a[2] (row g) or a[1], a[3] (row g + 8) and the scales.
+template <class D, int NT>
+DF_DEV void imma_iq_sub(const uint8_t* r0, const uint8_t* r1, int m, const ImmaLane& l, const uint2 (&b)[NT],
+                        ImmaPartial<NT>& p) {
+    uint32_t a[4];
+    if constexpr (D::kScale16) {
+        int s[4];
+        D::row(l, r0, m, a[0], a[2], s[0], s[1]);
+        D::row(l, r1, m, a[1], a[3], s[2], s[3]);
+        imma_mma_int16(a, b, l.q, s, p);
+    } else {
+        int s0, s1;
+        D::row(l, r0, m, a[0], a[2], s0);
+        D::row(l, r1, m, a[1], a[3], s1);
+        imma_mma_int(a, b, s0, s1, p);
+    }
+}
+
+#define DF_IMMA_IQ_SUB                                                                                   \
+    template <int NT>                                                                                    \
+    static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m, \
+                           const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {               \
+        imma_iq_sub<Imma, NT>(r0, r1, m, l, b, p);                                                       \
+    }
+
+template <>
+struct Imma<Type::IQ2_XXS> : ImmaIqHead {
+    static constexpr bool kSupported = true, kScale16 = false;
+    static constexpr int kBody = 64, kCopy = 16, kStride = 80, kStages = 4;
+    struct Tabs { uint32_t grid[256 * 32]; uint32_t sign[128 * 32]; };
+    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
+        copy_table_async(t.grid, g->iq2xxs_sel, sizeof t.grid);
+        copy_table_async(t.sign, g->sign7, sizeof t.sign);
+    }
+    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u) * 0.125f; }  // d (0.5 + s) / 4
+    static constexpr int kGridR = 32, kSignR = 32;
+    static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
+        const uint2 w = lds_u2(r + 8 * m);
+        iq2_bytes(l.pos, rep<kGridR>(l.grid, l.glane, prmt(w.x, 0u, l.byte_sel)) | rep<kSignR>(l.sign, l.slane, (w.y >> l.shift7) & 127u), lo, hi);
+        s = 2 * static_cast<int>(w.y >> 28) + 1;
+    }
+    DF_IMMA_IQ_SUB
+};
+
+template <>
+struct Imma<Type::IQ2_XS> : ImmaIqHead {
+    static constexpr bool kSupported = true, kScale16 = true;
+    static constexpr int kBody = 72, kCopy = 8, kStride = 80, kStages = 4;
+    struct Tabs { uint32_t grid[512 * 16]; uint32_t sign[128 * 32]; };
+    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
+        copy_table_async(t.grid, g->iq2xs_sel, sizeof t.grid);
+        copy_table_async(t.sign, g->sign7, sizeof t.sign);
+    }
+    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u) * 0.125f; }
+    static constexpr int kGridR = 16, kSignR = 32;
+    static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
+        const uint32_t w = lds_u16(r + 8 * m + 2 * l.q), sc = r[64 + m];
+        iq2_bytes(l.pos, rep<kGridR>(l.grid, l.glane, w & 511u) | rep<kSignR>(l.sign, l.slane, w >> 9), lo, hi);
+        slo = 2 * static_cast<int>(sc & 15u) + 1;
+        shi = 2 * static_cast<int>(sc >> 4) + 1;
+    }
+    DF_IMMA_IQ_SUB
+};
+
+template <>
+struct Imma<Type::IQ2_S> : ImmaIqHead {
+    static constexpr bool kSupported = true, kScale16 = true;
+    static constexpr int kBody = 80, kCopy = 16, kStride = 80, kStages = 4;
+    struct Tabs { uint32_t grid[1024 * 8]; uint32_t sign[256 * 16]; };
+    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
+        copy_table_async(t.grid, g->iq2s_sel, sizeof t.grid);
+        copy_table_async(t.sign, g->sign8, sizeof t.sign);
+    }
+    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u) * 0.125f; }
+    static constexpr int kGridR = 8, kSignR = 16;
+    static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
+        const uint32_t qh = r[64 + m], sc = r[72 + m];
+        const uint32_t gi = r[4 * m + l.q] | ((qh << (8 - 2 * l.q)) & 0x300u);
+        iq2_bytes(l.pos, rep<kGridR>(l.grid, l.glane, gi) | rep<kSignR>(l.sign, l.slane, r[32 + 4 * m + l.q]), lo, hi);
+        slo = 2 * static_cast<int>(sc & 15u) + 1;
+        shi = 2 * static_cast<int>(sc >> 4) + 1;
+    }
+    DF_IMMA_IQ_SUB
+};
+
+template <>
+struct Imma<Type::IQ3_XXS> : ImmaIqHead {
+    static constexpr bool kSupported = true, kScale16 = false;
+    static constexpr int kBody = 96, kCopy = 16, kStride = 112, kStages = 4;
+    struct Tabs { uint32_t grid[256 * 32]; uint32_t sign[128 * 32]; };
+    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
+        copy_table_async(t.grid, g->iq3xxs, sizeof t.grid);
+        copy_table_async(t.sign, g->sign7_sel, sizeof t.sign);
+    }
+    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u) * 0.25f; }  // d (0.5 + s) / 2
+    static constexpr int kGridR = 32, kSignR = 32;
+    static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
+        const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), aux = lds_u32(r + 64 + 4 * m);
+        const uint32_t sg = rep<kSignR>(l.sign, l.slane, (aux >> l.shift7) & 127u);
+        lo = signed4(rep<kGridR>(l.grid, l.glane, gi & 255u), sg);
+        hi = signed4(rep<kGridR>(l.grid, l.glane, gi >> 8), sg >> 16);
+        s = 2 * static_cast<int>(aux >> 28) + 1;
+    }
+    DF_IMMA_IQ_SUB
+};
+
+template <>
+struct Imma<Type::IQ3_S> : ImmaIqHead {
+    static constexpr bool kSupported = true, kScale16 = false;
+    static constexpr int kBody = 108, kCopy = 4, kStride = 112, kStages = 4;
+    struct Tabs { uint32_t grid[512 * 16]; uint32_t sign[256 * 16]; };
+    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
+        copy_table_async(t.grid, g->iq3s, sizeof t.grid);
+        copy_table_async(t.sign, g->sign8_sel, sizeof t.sign);
+    }
+    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u); }  // d (1 + 2 s)
+    static constexpr int kGridR = 16, kSignR = 16;
+    static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
+        const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), qh = r[64 + m];
+        const uint32_t i1 = (gi & 255u) | ((qh << (8 - 2 * l.q)) & 256u), i2 = (gi >> 8) | ((qh << (7 - 2 * l.q)) & 256u);
+        const uint32_t sg = rep<kSignR>(l.sign, l.slane, r[72 + 4 * m + l.q]);
+        lo = signed4(rep<kGridR>(l.grid, l.glane, i1), sg);
+        hi = signed4(rep<kGridR>(l.grid, l.glane, i2), sg >> 16);
+        s = 1 + 2 * static_cast<int>((r[104 + m / 2] >> (4 * (m & 1))) & 15u);
+    }
+    DF_IMMA_IQ_SUB
+};
+
+#undef DF_IMMA_IQ_SUB
+
+// ---- the kernel --------------------------------------------------------------------------
+//
+// Stream-K: the (tile, unit) pairs of the matrix, tile-major, are cut into one contiguous range
+// per warp of a fixed grid (2 blocks per SM, a function of the device only, so a token's sums
+// never depend on T). A warp streams its range through its cp.async ring across tile
+// boundaries. A tile covered by one warp is written directly; otherwise each contributor stores
+// its partial sums (slot 0: the warp's first tile, slot 1: its last), and the last one to arrive
+// (a per-tile counter) adds them in contributor order, so results are deterministic.
+
+template <class I, int kMats>
+constexpr int imma_stage_bytes() { return kMats * (16 * I::kStride + 16 * I::kHead); }
+template <class I>
+constexpr int imma_tabs_bytes() { return (static_cast<int>(sizeof(typename I::Tabs)) + 15) / 16 * 16; }
+template <class I, int kMats>
+constexpr int imma_smem_bytes() { return imma_tabs_bytes<I>() + kImmaWarps * I::kStages * imma_stage_bytes<I, kMats>(); }
+
+// Floats of one warp's partial sums (per slot), and of the whole scratch for `warps` warps.
+template <int NT, int kMats>
+constexpr int imma_partial_floats() { return kMats * NT * 4 * 32; }
+inline size_t imma_scratch_floats(int warps) { return static_cast<size_t>(warps) * 2 * imma_partial_floats<4, 2>(); }
+
+struct ImmaSplit {
+    long long units;  // (tile, unit) pairs
+    int warps;
+    DF_DEV long long start(int w) const { return static_cast<long long>(w) * units / warps; }
+    DF_DEV int warp_of(long long x) const { return static_cast<int>(((x + 1) * warps - 1) / units); }
+};
+
+// Recombines the limbs of a tile's sums v and writes the outputs (lane q holds columns 2q, 2q+1:
+// limbs 0,1 (q even) or 2,3 (q odd) of token 2nt + q/2, rows g and g + 8).
+template <int NT, int kMats>
+DF_DEV void imma_write(const ImmaArgs& a, int tile, int lane, const float (&v)[kMats][NT][4]) {
+    const int g = lane >> 2, q = lane & 3, rows = a.w.rows;
+    const bool odd = q & 1;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int tok = 2 * nt + (q >> 1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float y[kMats];
+#pragma unroll
+            for (int mt = 0; mt < kMats; ++mt) {
+                const float c0 = v[mt][nt][2 * h], c1 = v[mt][nt][2 * h + 1];
+                const float part = odd ? fmaf(16777216.f, c1, 65536.f * c0) : fmaf(256.f, c1, c0);
+                const float other = __shfl_xor_sync(0xffffffffu, part, 1);
+                y[mt] = odd ? other + part : part + other;
+            }
+            const int row = tile * 16 + g + 8 * h;
+            if (odd || tok >= a.T || row >= rows) continue;
+            float* o = a.out + static_cast<size_t>(tok) * rows + row;
+            if constexpr (kMats == 2)
+                *o = silu_f(y[0]) * y[1];
+            else
+                *o = a.accumulate ? *o + y[0] : y[0];
+        }
+    }
+}
+
+// A warp's sums for one tile: written directly when the warp covered the whole tile, else
+// through the partial-sum slots (the last contributor adds them up in contributor order).
+template <int NT, int kMats>
+DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, bool whole, int slot, int w, int lane,
+                        const float (&acc)[kMats][NT][4]) {
+    if (whole) {
+        imma_write<NT, kMats>(a, tile, lane, acc);
+        return;
+    }
+    constexpr int kP = imma_partial_floats<NT, kMats>();
+    float* mine = a.partial + (static_cast<size_t>(w) * 2 + slot) * kP;
+#pragma unroll
+    for (int mt = 0; mt < kMats; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) __stcg(mine + ((mt * NT + nt) * 4 + j) * 32 + lane, acc[mt][nt][j]);
+    __threadfence();
+    __syncwarp();
+    // The tile's contributors are the owners of its units (warps with empty ranges own none).
+    const int upt = a.w.cols / kImmaUnit;
+    const long long first = static_cast<long long>(tile) * upt, last = first + upt - 1;
+    unsigned n = 0;
+    for (long long x = first; x <= last; x = split.start(split.warp_of(x) + 1)) ++n;
+    unsigned prev = 0;
+    if (lane == 0) prev = atomicAdd(a.counters + tile, 1u);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    if (prev != n - 1) return;
+    __threadfence();
+    float v[kMats][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMats; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[mt][nt][j] = 0.f;
+    for (long long x = first; x <= last;) {
+        const int c = split.warp_of(x);
+        const int cslot = split.start(c) >= first ? 0 : 1;  // c's first tile is this one
+        const float* pc = a.partial + (static_cast<size_t>(c) * 2 + cslot) * kP;
+#pragma unroll
+        for (int mt = 0; mt < kMats; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) v[mt][nt][j] += __ldcg(pc + ((mt * NT + nt) * 4 + j) * 32 + lane);
+        x = split.start(c + 1);
+    }
+    if (lane == 0) a.counters[tile] = 0u;  // ready for the next call on this stream
+    imma_write<NT, kMats>(a, tile, lane, v);
+}
+
+template <Type TY, int NT, bool kPair>
+__global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a) {
+    using I = Imma<TY>;
+    constexpr int kMats = kPair ? 2 : 1, S = I::kStages, kStage = imma_stage_bytes<I, kMats>();
+    constexpr int kMatStage = 16 * I::kStride + 16 * I::kHead;
+    constexpr int kPerRow = I::kBody / I::kCopy, kCopies = (16 * kPerRow + 31) / 32;
+    extern __shared__ __align__(16) uint8_t smem[];
+    auto& tabs = *reinterpret_cast<typename I::Tabs*>(smem);
+    I::load_tabs(tabs, a.itables);
+    cp_async_commit();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int rows = a.w.rows, upt = a.w.cols / kImmaUnit, slabs = a.w.cols / 32, tiles = (rows + 15) / 16;
+    const ImmaSplit split{static_cast<long long>(tiles) * upt, static_cast<int>(gridDim.x) * kImmaWarps};
+    const int w = blockIdx.x * kImmaWarps + warp;
+    const long long x0 = split.start(w);
+    const int cnt = static_cast<int>(split.start(w + 1) - x0);
+    uint8_t* const ring = smem + imma_tabs_bytes<I>() + warp * S * kStage;
+    const size_t row_stride = a.w.row_stride;
+
+    int dst_off[kCopies], src_row[kCopies], src_col[kCopies];
+#pragma unroll
+    for (int k = 0; k < kCopies; ++k) {
+        const int c = lane + 32 * k;
+        src_row[k] = c / kPerRow;
+        src_col[k] = (c % kPerRow) * I::kCopy;
+        dst_off[k] = c < 16 * kPerRow ? src_row[k] * I::kStride + src_col[k] : -1;
+    }
+
+    // Issue cursor: copies unit i of the range into ring slot i % S; always commits a group
+    // (maybe empty), so "all but the newest S - 1 groups are done" means "unit i has landed".
+    const int first_tile = static_cast<int>(x0 / upt), first_unit = static_cast<int>(x0 - static_cast<long long>(first_tile) * upt);
+    int it = first_tile, iu = first_unit;
+    auto issue = [&](int i) {
+        if (i < cnt) {
+            const int row0 = it * 16;
+#pragma unroll
+            for (int mt = 0; mt < kMats; ++mt) {
+                const uint8_t* mat = mt ? a.up : a.w.data;
+                const uint8_t* base = mat + static_cast<size_t>(iu) * I::kBody;
+                uint8_t* dst = ring + (i % S) * kStage + mt * kMatStage;
+#pragma unroll
+                for (int k = 0; k < kCopies; ++k)
+                    if (dst_off[k] >= 0)
+                        cp_async<I::kCopy>(dst + dst_off[k],
+                                           base + static_cast<size_t>(min(row0 + src_row[k], rows - 1)) * row_stride + src_col[k]);
+                if constexpr (I::kHead > 0)
+                    if (lane < 16)
+                        cp_async<I::kHead>(dst + 16 * I::kStride + lane * I::kHead,
+                                           mat + static_cast<size_t>(min(row0 + lane, rows - 1)) * row_stride + a.w.head_off + I::head_src(iu));
+            }
+            if (++iu == upt) {
+                iu = 0;
+                ++it;
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) issue(i);
+    cp_async_wait<S - 1>();  // the tables (the oldest group)
+    __syncthreads();
+
+    uint32_t pos;
+    asm volatile("mov.b32 %0, %1;" : "=r"(pos) : "n"(kIq2Pos));  // opaque: stays in a register
+    const ImmaLane ln{reinterpret_cast<const uint8_t*>(tabs.grid), reinterpret_cast<const uint8_t*>(tabs.sign),
+                      4u * (lane & (I::kGridR - 1)), 4u * (lane & (I::kSignR - 1)),
+                      0x4440u | static_cast<uint32_t>(q), 7u * static_cast<uint32_t>(q), pos, q};
+
+    float acc[kMats][NT][4];
+    auto clear = [&] {
+#pragma unroll
+        for (int mt = 0; mt < kMats; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+    };
+    clear();
+    int ct = first_tile, cu = first_unit;
+    bool seg_whole = first_unit == 0;  // the current tile segment started at the tile's unit 0
+
+    for (int i = 0; i < cnt; ++i) {
+        issue(i + S - 1);
+        cp_async_wait<S - 1>();
+        __syncwarp();
+        const uint2* xq = a.xq + static_cast<size_t>(cu) * 8 * 32 + lane;  // slab 8 cu
+        float e[NT];  // this lane's token exponents for the unit
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int tok = 2 * nt + (q >> 1);
+            e[nt] = tok < a.T ? __ldg(a.xe + static_cast<size_t>(tok) * upt + cu) : 0.f;
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMats; ++mt) {
+            const uint8_t* sb = ring + (i % S) * kStage + mt * kMatStage;
+            const uint8_t *r0 = sb + g * I::kStride, *r1 = sb + (g + 8) * I::kStride;
+            const uint8_t *h0 = sb + 16 * I::kStride + g * I::kHead, *h1 = sb + 16 * I::kStride + (g + 8) * I::kHead;
+            ImmaPartial<NT> p;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    p.i[nt][j] = 0;
+                    p.f[nt][j] = 0.f;
+                }
+#pragma unroll
+            for (int m = 0; m < kImmaUnit / 32; ++m) {
+                // Columns of tokens >= T hold stale limbs: their sums are never written.
+                uint2 b[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) b[nt] = __ldg(xq + (static_cast<size_t>(nt) * slabs + m) * 32);
+                I::template sub<NT>(r0, r1, h0, h1, m, ln, b, p);
+            }
+            const float us0 = I::unit_scale(h0, cu), us1 = I::unit_scale(h1, cu);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                acc[mt][nt][0] = fmaf(e[nt], fmaf(us0, static_cast<float>(p.i[nt][0]), p.f[nt][0]), acc[mt][nt][0]);
+                acc[mt][nt][1] = fmaf(e[nt], fmaf(us0, static_cast<float>(p.i[nt][1]), p.f[nt][1]), acc[mt][nt][1]);
+                acc[mt][nt][2] = fmaf(e[nt], fmaf(us1, static_cast<float>(p.i[nt][2]), p.f[nt][2]), acc[mt][nt][2]);
+                acc[mt][nt][3] = fmaf(e[nt], fmaf(us1, static_cast<float>(p.i[nt][3]), p.f[nt][3]), acc[mt][nt][3]);
+            }
+        }
+        __syncwarp();  // the slot is refilled by the next issue
+        if (cu == upt - 1 || i == cnt - 1) {
+            imma_finish<NT, kMats>(a, split, ct, seg_whole && cu == upt - 1, ct == first_tile ? 0 : 1, w, lane, acc);
+            clear();
+            seg_whole = true;
+        }
+        if (++cu == upt) {
+            cu = 0;
+            ++ct;
+        }
+    }
+    cp_async_wait<0>();
+}
+
+template <Type TY, int NT, bool kPair>
+void imma_launch_kernel(const ImmaArgs& a, cudaStream_t s) {
+    constexpr int smem = imma_smem_bytes<Imma<TY>, kPair ? 2 : 1>();
+    static bool attr_set = false;  // ops are issued from one thread
+    if (!attr_set) {
+        DF_CUDA_CHECK(cudaFuncSetAttribute(imma_kernel<TY, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        attr_set = true;
+    }
+    imma_kernel<TY, NT, kPair><<<a.blocks, kImmaThreads, smem, s>>>(a);
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+template <Type TY, int NT>
+void imma_launch_nt(const ImmaArgs& a, cudaStream_t s) {
+    if (a.up)
+        imma_launch_kernel<TY, NT, true>(a, s);
+    else
+        imma_launch_kernel<TY, NT, false>(a, s);
+}
+
+template <Type TY>
+void imma_launch(const ImmaArgs& a, cudaStream_t s) {
+    DF_CUDA_REQUIRE(a.T >= 1 && a.T <= 8, "imma matvec: T must be in 1..8");
+    DF_CUDA_REQUIRE(a.w.cols % kImmaUnit == 0, "imma matvec: cols must be a multiple of 256");
+    DF_CUDA_REQUIRE(!a.up || !a.accumulate, "imma matvec: fused gate/up does not accumulate");
+    DF_CUDA_REQUIRE(a.blocks >= 1 && a.partial && a.counters, "imma matvec: no grid or scratch");
+    if (a.T <= 2)
+        imma_launch_nt<TY, 1>(a, s);
+    else if (a.T <= 4)
+        imma_launch_nt<TY, 2>(a, s);
+    else
+        imma_launch_nt<TY, 4>(a, s);
+}
+
+template <Type TY>
+constexpr auto imma_entry() -> void (*)(const ImmaArgs&, cudaStream_t) {
+    if constexpr (Imma<TY>::kSupported)
+        return imma_launch<TY>;
+    else
+        return nullptr;
+}
+
+}  // namespace df::cuda
