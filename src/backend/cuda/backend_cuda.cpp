@@ -135,7 +135,7 @@ void* CudaBackend::alloc(size_t bytes, MemKind kind) {
 
 void CudaBackend::release(void* p) {
     if (!p) return;
-    flush();
+    op_start();
     DF_CUDA_REQUIRE(!capturing_, "release while a graph is being recorded");
     {
         std::lock_guard lock(mem_mu_);
@@ -150,7 +150,7 @@ void CudaBackend::release(void* p) {
 
 void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
-    flush();
+    op_start();
     DF_CUDA_REQUIRE(!capturing_, "upload while a graph is being recorded");
     DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
 }
@@ -165,13 +165,13 @@ void CudaBackend::download(void* dst, const void* src, size_t bytes) {
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
-    flush();
+    op_start();
     DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::zero(void* dst, size_t bytes) {
     if (!bytes) return;
-    flush();
+    op_start();
     DF_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
@@ -218,8 +218,7 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
     }
     // Activation buffers of the integer tensor-core matvec, sized by the widest such weight
     // (allocated here: never while a graph is recorded).
-    const QuantOps* ops = quant_ops(held);
-    if (ops && ops->imma && cols % 256 == 0) {
+    if (imma_type(held) && cols % 256 == 0) {
         if (cols > xq_cols_) {
             release(xq_);
             release(xe_);
@@ -284,13 +283,29 @@ static const QuantOps& ops_for(const Weight& w) {
     return *ops;
 }
 
+bool CudaBackend::imma_type(quant::Type t) const {
+    const QuantOps* ops = quant_ops(t);
+    return imma_ && ops && ops->imma && (imma_skip_.empty() || imma_skip_.find(quant::type_name(t)) == std::string::npos);
+}
+
 bool CudaBackend::use_imma(const Weight& w, int T) const {
-    return imma_ && T <= 8 && ops_for(w).imma && w.cols % 256 == 0 && w.cols <= xq_cols_ && (w.rows + 15) / 16 <= imma_tiles_ &&
-           (imma_skip_.empty() || imma_skip_.find(quant::type_name(w.type)) == std::string::npos);
+    // The stream-K split computes (tile, unit) * warps in 32 bits.
+    const uint64_t split = static_cast<uint64_t>((w.rows + 15) / 16) * (w.cols / 256) * imma_blocks() * 8;
+    return T <= 8 && imma_type(w.type) && w.cols % 256 == 0 && w.cols <= xq_cols_ && (w.rows + 15) / 16 <= imma_tiles_ &&
+           split < (uint64_t{1} << 32);
+}
+
+void CudaBackend::op_start() {
+    flush();
+    xq_src_ = nullptr;  // this op may write the converted activations' source
 }
 
 void CudaBackend::quantize_activations(const float* x, int T, int cols, cudaStream_t s) {
+    if (x == xq_src_ && T == xq_T_ && cols == xq_n_) return;  // converted by rmsnorm or a previous group
     launch_act_quant(x, T, cols, xq_, xe_, s);
+    xq_src_ = x;
+    xq_T_ = T;
+    xq_n_ = cols;
 }
 
 ImmaArgs CudaBackend::imma_args(const Weight& w, const uint8_t* up, int T, float* out, bool accumulate,
@@ -314,7 +329,7 @@ ImmaArgs CudaBackend::imma_args(const Weight& w, const uint8_t* up, int T, float
 }
 
 void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
-    flush();
+    op_start();
     const QuantOps& ops = ops_for(w);
     EmbedArgs a;
     a.w = matrix(w);
@@ -327,7 +342,15 @@ void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
 
 void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
                           float* out, int64_t out_stride) {
-    flush();
+    op_start();
+    // Decode: the imma matvecs that read `out` next find it converted already.
+    if (imma_ && n_rows >= 1 && n_rows <= 8 && n % 256 == 0 && n <= xq_cols_ && out_stride == n) {
+        launch_rmsnorm_quant(x, x_stride, weight, n_rows, n, eps, out, xq_, xe_, stream_);
+        xq_src_ = out;
+        xq_T_ = n_rows;
+        xq_n_ = n;
+        return;
+    }
     launch_rmsnorm(x, x_stride, weight, n_rows, n, eps, out, out_stride, stream_);
 }
 
@@ -336,6 +359,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, boo
     bool joins = !pending_.empty() && pending_x_ == x && pending_T_ == T && pending_.size() < kSideStreams + 1;
     for (const PendingMatmul& p : pending_) joins = joins && p.out != out;
     if (!joins) flush();
+    if (out == xq_src_) xq_src_ = nullptr;
     pending_x_ = x;
     pending_T_ = T;
     pending_.push_back({w, out, accumulate});
@@ -395,6 +419,7 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
                               float* scratch) {
     flush();
     if (T <= 0) return;
+    if (out == xq_src_ || scratch == xq_src_) xq_src_ = nullptr;
     const bool fused = T <= 8 && wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols &&
                        wg.row_stride == wu.row_stride;
     if (fused && use_imma(wg, T)) {
@@ -423,7 +448,7 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
 
 void CudaBackend::head_norm_rope(float* x, int heads, int head_dim, int head_stride, int row, const float* norm_w,
                                  float eps, const RopeShape& rope, const Step& s) {
-    flush();
+    op_start();
     // The same host expression as the CPU backend, so both start from the same f32 ratio.
     const float theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));
     launch_head_norm_rope(x, s.T, heads, head_dim, head_stride, row, norm_w, eps, rope.n_rot, theta_scale, s.pos,
@@ -432,13 +457,13 @@ void CudaBackend::head_norm_rope(float* x, int heads, int head_dim, int head_str
 
 void CudaBackend::kv_store(const float* k, const float* v, void* k_cache, void* v_cache, KvType kt, int kv_dim,
                            const Step& s) {
-    flush();
+    op_start();
     launch_kv_store(k, v, k_cache, v_cache, kt == KvType::f16, kv_dim, s.T, s.pos, stream_);
 }
 
 void CudaBackend::attention(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
                             const Step& s, float* out) {
-    flush();
+    op_start();
     AttnArgs args;
     args.q = q;
     args.k_cache = k_cache;
@@ -460,18 +485,18 @@ void CudaBackend::attention(const float* q, const void* k_cache, const void* v_c
 }
 
 void CudaBackend::sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row, int T) {
-    flush();
+    op_start();
     launch_sigmoid_mul(x, n, gate, width, gate_stride, gate_row, T, stream_);
 }
 
 void CudaBackend::gdn_conv(float* x, int T, const GdnShape& g, const float* w, float* conv_state) {
-    flush();
+    op_start();
     launch_gdn_conv(x, T, g.channels(), g.conv_kernel, w, conv_state, stream_);
 }
 
 void CudaBackend::gdn_delta(const float* qkv, const float* alpha, const float* beta, const float* dt_bias,
                             const float* a_neg, int T, const GdnShape& g, float eps, float* state, float* out) {
-    flush();
+    op_start();
     GdnArgs a;
     a.qkv = qkv;
     a.alpha = alpha;
@@ -490,24 +515,24 @@ void CudaBackend::gdn_delta(const float* qkv, const float* alpha, const float* b
 
 void CudaBackend::gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
                                 float* out) {
-    flush();
+    op_start();
     launch_gated_rmsnorm(x, z, w, T, heads, n, eps, out, stream_);
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
-    flush();
+    op_start();
     launch_add(y, x, n, stream_);
 }
 
 void CudaBackend::argmax(const float* x, int T, int n, int32_t* out) {
-    flush();
+    op_start();
     launch_argmax(x, T, n, out, argmax_keys_, kArgmaxKeys, stream_);
 }
 
 // ---- graphs --------------------------------------------------------------------------------
 
 bool CudaBackend::begin_capture(uint64_t key) {
-    flush();
+    op_start();
     DF_CUDA_REQUIRE(!capturing_, "begin_capture while already recording");
     DF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     capturing_ = true;
@@ -516,7 +541,7 @@ bool CudaBackend::begin_capture(uint64_t key) {
 }
 
 void CudaBackend::end_capture() {
-    flush();
+    op_start();
     DF_CUDA_REQUIRE(capturing_, "end_capture without begin_capture");
     cudaGraph_t graph = nullptr;
     DF_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
@@ -529,7 +554,7 @@ void CudaBackend::end_capture() {
 }
 
 bool CudaBackend::replay(uint64_t key) {
-    flush();
+    op_start();
     const auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
     DF_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));

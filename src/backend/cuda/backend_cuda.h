@@ -81,8 +81,12 @@ private:
     };
     void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s);
     // Integer tensor-core matvec (imma.cuh): used for T <= 8 where the type has a decoder.
+    bool imma_type(quant::Type t) const;
     bool use_imma(const Weight& w, int T) const;
+    // Converts x for the imma matvec unless the conversion of this x is still current.
     void quantize_activations(const float* x, int T, int cols, cudaStream_t s);
+    // Flushes and forgets the current conversion: every op but rmsnorm/matmul/ffn_gate_up.
+    void op_start();
     ImmaArgs imma_args(const Weight& w, const uint8_t* up, int T, float* out, bool accumulate, cudaStream_t s) const;
     int imma_blocks() const { return 2 * sm_count_; }
 
@@ -105,6 +109,8 @@ private:
     uint2* xq_ = nullptr;               // converted activations of the imma matvec
     float* xe_ = nullptr;
     int xq_cols_ = 0;
+    const float* xq_src_ = nullptr;     // the activations xq_ currently holds (T xq_T_, xq_n_ columns)
+    int xq_T_ = 0, xq_n_ = 0;
     float* imma_partial_ = nullptr;     // stream-K partial sums, one region per stream
     unsigned* imma_counters_ = nullptr; // stream-K tile counters, imma_tiles_ per stream
     int imma_tiles_ = 0;

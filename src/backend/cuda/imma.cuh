@@ -62,8 +62,10 @@ DF_DEV uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 // Replicated tables (tables.h, ImmaTables): lane l reads copy l % R of entry i, at byte offset
 // i * 4R + 4 (l % R) (ImmaLane holds the lane part): one multiply-add and one LDS.
 template <int R>
-DF_DEV uint32_t rep(const uint8_t* t, uint32_t lane_off, uint32_t i) {
-    return *reinterpret_cast<const uint32_t*>(t + (i * (4u * R) + lane_off));
+DF_DEV uint32_t rep(uint32_t t, uint32_t i) {
+    uint32_t v;  // a 32-bit shared address: no generic-to-shared base add per gather
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(t + i * (4u * R)));  // tables are constant once staged
+    return v;
 }
 
 // Copies `bytes` (a multiple of 16) from global to shared memory with the whole block.
@@ -88,9 +90,7 @@ DF_DEV uint32_t signed4(uint32_t g, uint32_t sel) { return prmt(g, ~g + 0x010101
 
 // Per-lane constants of a decoder: table bases offset by the lane's replica, q-dependent shifts.
 struct ImmaLane {
-    const uint8_t* grid;  // the block's tables in shared memory
-    const uint8_t* sign;
-    uint32_t glane, slane;  // lane offsets in the replicated tables
+    uint32_t grid, sign;    // shared addresses of the tables plus the lane's replica offset
     uint32_t byte_sel;      // PRMT selector: byte q of a word to byte 0, zeros above
     uint32_t shift7;        // 7 q
     uint32_t pos;           // kIq2Pos
@@ -228,7 +228,7 @@ struct Imma<Type::IQ2_XXS> : ImmaIqHead {
     static constexpr int kGridR = 32, kSignR = 32;
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint2 w = lds_u2(r + 8 * m);
-        iq2_bytes(l.pos, rep<kGridR>(l.grid, l.glane, prmt(w.x, 0u, l.byte_sel)) | rep<kSignR>(l.sign, l.slane, (w.y >> l.shift7) & 127u), lo, hi);
+        iq2_bytes(l.pos, rep<kGridR>(l.grid, prmt(w.x, 0u, l.byte_sel)) | rep<kSignR>(l.sign, (w.y >> l.shift7) & 127u), lo, hi);
         s = 2 * static_cast<int>(w.y >> 28) + 1;
     }
     DF_IMMA_IQ_SUB
@@ -247,7 +247,7 @@ struct Imma<Type::IQ2_XS> : ImmaIqHead {
     static constexpr int kGridR = 16, kSignR = 32;
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
         const uint32_t w = lds_u16(r + 8 * m + 2 * l.q), sc = r[64 + m];
-        iq2_bytes(l.pos, rep<kGridR>(l.grid, l.glane, w & 511u) | rep<kSignR>(l.sign, l.slane, w >> 9), lo, hi);
+        iq2_bytes(l.pos, rep<kGridR>(l.grid, w & 511u) | rep<kSignR>(l.sign, w >> 9), lo, hi);
         slo = 2 * static_cast<int>(sc & 15u) + 1;
         shi = 2 * static_cast<int>(sc >> 4) + 1;
     }
@@ -268,7 +268,7 @@ struct Imma<Type::IQ2_S> : ImmaIqHead {
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
         const uint32_t qh = r[64 + m], sc = r[72 + m];
         const uint32_t gi = r[4 * m + l.q] | ((qh << (8 - 2 * l.q)) & 0x300u);
-        iq2_bytes(l.pos, rep<kGridR>(l.grid, l.glane, gi) | rep<kSignR>(l.sign, l.slane, r[32 + 4 * m + l.q]), lo, hi);
+        iq2_bytes(l.pos, rep<kGridR>(l.grid, gi) | rep<kSignR>(l.sign, r[32 + 4 * m + l.q]), lo, hi);
         slo = 2 * static_cast<int>(sc & 15u) + 1;
         shi = 2 * static_cast<int>(sc >> 4) + 1;
     }
@@ -288,9 +288,9 @@ struct Imma<Type::IQ3_XXS> : ImmaIqHead {
     static constexpr int kGridR = 32, kSignR = 32;
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), aux = lds_u32(r + 64 + 4 * m);
-        const uint32_t sg = rep<kSignR>(l.sign, l.slane, (aux >> l.shift7) & 127u);
-        lo = signed4(rep<kGridR>(l.grid, l.glane, gi & 255u), sg);
-        hi = signed4(rep<kGridR>(l.grid, l.glane, gi >> 8), sg >> 16);
+        const uint32_t sg = rep<kSignR>(l.sign, (aux >> l.shift7) & 127u);
+        lo = signed4(rep<kGridR>(l.grid, gi & 255u), sg);
+        hi = signed4(rep<kGridR>(l.grid, gi >> 8), sg >> 16);
         s = 2 * static_cast<int>(aux >> 28) + 1;
     }
     DF_IMMA_IQ_SUB
@@ -310,9 +310,9 @@ struct Imma<Type::IQ3_S> : ImmaIqHead {
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), qh = r[64 + m];
         const uint32_t i1 = (gi & 255u) | ((qh << (8 - 2 * l.q)) & 256u), i2 = (gi >> 8) | ((qh << (7 - 2 * l.q)) & 256u);
-        const uint32_t sg = rep<kSignR>(l.sign, l.slane, r[72 + 4 * m + l.q]);
-        lo = signed4(rep<kGridR>(l.grid, l.glane, i1), sg);
-        hi = signed4(rep<kGridR>(l.grid, l.glane, i2), sg >> 16);
+        const uint32_t sg = rep<kSignR>(l.sign, r[72 + 4 * m + l.q]);
+        lo = signed4(rep<kGridR>(l.grid, i1), sg);
+        hi = signed4(rep<kGridR>(l.grid, i2), sg >> 16);
         s = 1 + 2 * static_cast<int>((r[104 + m / 2] >> (4 * (m & 1))) & 15u);
     }
     DF_IMMA_IQ_SUB
@@ -341,11 +341,13 @@ template <int NT, int kMats>
 constexpr int imma_partial_floats() { return kMats * NT * 4 * 32; }
 inline size_t imma_scratch_floats(int warps) { return static_cast<size_t>(warps) * 2 * imma_partial_floats<4, 2>(); }
 
+// Warp w owns units [start(w), start(w + 1)); with warps <= units no range is empty, so the
+// owners of a tile are consecutive warps. units * warps < 2^32 (checked by the launcher).
 struct ImmaSplit {
-    long long units;  // (tile, unit) pairs
-    int warps;
-    DF_DEV long long start(int w) const { return static_cast<long long>(w) * units / warps; }
-    DF_DEV int warp_of(long long x) const { return static_cast<int>(((x + 1) * warps - 1) / units); }
+    uint32_t units;  // (tile, unit) pairs
+    uint32_t warps;  // min(warps of the grid, units)
+    DF_DEV uint32_t start(uint32_t w) const { return w * units / warps; }
+    DF_DEV uint32_t warp_of(uint32_t x) const { return ((x + 1) * warps - 1) / units; }
 };
 
 // Recombines the limbs of a tile's sums v and writes the outputs (lane q holds columns 2q, 2q+1:
@@ -381,7 +383,7 @@ DF_DEV void imma_write(const ImmaArgs& a, int tile, int lane, const float (&v)[k
 // A warp's sums for one tile: written directly when the warp covered the whole tile, else
 // through the partial-sum slots (the last contributor adds them up in contributor order).
 template <int NT, int kMats>
-DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, bool whole, int slot, int w, int lane,
+DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, bool whole, int slot, uint32_t w, int lane,
                         const float (&acc)[kMats][NT][4]) {
     if (whole) {
         imma_write<NT, kMats>(a, tile, lane, acc);
@@ -397,15 +399,14 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
             for (int j = 0; j < 4; ++j) __stcg(mine + ((mt * NT + nt) * 4 + j) * 32 + lane, acc[mt][nt][j]);
     __threadfence();
     __syncwarp();
-    // The tile's contributors are the owners of its units (warps with empty ranges own none).
-    const int upt = a.w.cols / kImmaUnit;
-    const long long first = static_cast<long long>(tile) * upt, last = first + upt - 1;
-    unsigned n = 0;
-    for (long long x = first; x <= last; x = split.start(split.warp_of(x) + 1)) ++n;
+    // The tile's contributors are the owners of its units; the first may have begun earlier.
+    const uint32_t upt = static_cast<uint32_t>(a.w.cols / kImmaUnit);
+    const uint32_t first = static_cast<uint32_t>(tile) * upt;
+    const uint32_t c0 = split.warp_of(first), c1 = split.warp_of(first + upt - 1);
     unsigned prev = 0;
     if (lane == 0) prev = atomicAdd(a.counters + tile, 1u);
     prev = __shfl_sync(0xffffffffu, prev, 0);
-    if (prev != n - 1) return;
+    if (prev != c1 - c0) return;
     __threadfence();
     float v[kMats][NT][4];
 #pragma unroll
@@ -414,9 +415,8 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int j = 0; j < 4; ++j) v[mt][nt][j] = 0.f;
-    for (long long x = first; x <= last;) {
-        const int c = split.warp_of(x);
-        const int cslot = split.start(c) >= first ? 0 : 1;  // c's first tile is this one
+    for (uint32_t c = c0; c <= c1; ++c) {
+        const int cslot = c == c0 && split.start(c0) < first ? 1 : 0;  // slot 0: c's first tile
         const float* pc = a.partial + (static_cast<size_t>(c) * 2 + cslot) * kP;
 #pragma unroll
         for (int mt = 0; mt < kMats; ++mt)
@@ -424,7 +424,6 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) v[mt][nt][j] += __ldcg(pc + ((mt * NT + nt) * 4 + j) * 32 + lane);
-        x = split.start(c + 1);
     }
     if (lane == 0) a.counters[tile] = 0u;  // ready for the next call on this stream
     imma_write<NT, kMats>(a, tile, lane, v);
@@ -443,10 +442,11 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int rows = a.w.rows, upt = a.w.cols / kImmaUnit, slabs = a.w.cols / 32, tiles = (rows + 15) / 16;
-    const ImmaSplit split{static_cast<long long>(tiles) * upt, static_cast<int>(gridDim.x) * kImmaWarps};
-    const int w = blockIdx.x * kImmaWarps + warp;
-    const long long x0 = split.start(w);
-    const int cnt = static_cast<int>(split.start(w + 1) - x0);
+    const uint32_t units = static_cast<uint32_t>(tiles) * upt;
+    const ImmaSplit split{units, min(gridDim.x * kImmaWarps, units)};
+    const uint32_t w = blockIdx.x * kImmaWarps + warp;
+    const uint32_t x0 = w < split.warps ? split.start(w) : units;
+    const int cnt = w < split.warps ? static_cast<int>(split.start(w + 1) - x0) : 0;
     uint8_t* const ring = smem + imma_tabs_bytes<I>() + warp * S * kStage;
     const size_t row_stride = a.w.row_stride;
 
@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
 
     // Issue cursor: copies unit i of the range into ring slot i % S; always commits a group
     // (maybe empty), so "all but the newest S - 1 groups are done" means "unit i has landed".
-    const int first_tile = static_cast<int>(x0 / upt), first_unit = static_cast<int>(x0 - static_cast<long long>(first_tile) * upt);
+    const int first_tile = static_cast<int>(x0 / upt), first_unit = static_cast<int>(x0 - static_cast<uint32_t>(first_tile) * upt);
     int it = first_tile, iu = first_unit;
     auto issue = [&](int i) {
         if (i < cnt) {
@@ -495,8 +495,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
 
     uint32_t pos;
     asm volatile("mov.b32 %0, %1;" : "=r"(pos) : "n"(kIq2Pos));  // opaque: stays in a register
-    const ImmaLane ln{reinterpret_cast<const uint8_t*>(tabs.grid), reinterpret_cast<const uint8_t*>(tabs.sign),
-                      4u * (lane & (I::kGridR - 1)), 4u * (lane & (I::kSignR - 1)),
+    const ImmaLane ln{smem_addr(tabs.grid) + 4u * (lane & (I::kGridR - 1)), smem_addr(tabs.sign) + 4u * (lane & (I::kSignR - 1)),
                       0x4440u | static_cast<uint32_t>(q), 7u * static_cast<uint32_t>(q), pos, q};
 
     float acc[kMats][NT][4];
@@ -512,16 +511,46 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
     int ct = first_tile, cu = first_unit;
     bool seg_whole = first_unit == 0;  // the current tile segment started at the tile's unit 0
 
+    // Columns of tokens >= T hold stale limbs (any values): their sums are never written.
+    auto load_b_all = [&](int u, uint2 (&b)[8][NT], float (&e)[NT]) {
+        const uint2* xq = a.xq + static_cast<size_t>(u) * 8 * 32 + lane;  // slab 8u
+#pragma unroll
+        for (int m = 0; m < 8; ++m)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) b[m][nt] = __ldg(xq + (static_cast<size_t>(nt) * slabs + m) * 32);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int tok = 2 * nt + (q >> 1);
+            e[nt] = tok < a.T ? __ldg(a.xe + static_cast<size_t>(tok) * upt + u) : 0.f;
+        }
+    };
+    uint2 bn[8];  // T <= 2: the next unit's B fragments and exponent
+    float en = 0.f;
+    auto load_b = [&](int u, uint2 (&b)[8], float& e) {
+        const uint2* xq = a.xq + static_cast<size_t>(u) * 8 * 32 + lane;
+#pragma unroll
+        for (int m = 0; m < 8; ++m) b[m] = __ldg(xq + m * 32);
+        e = (q >> 1) < a.T ? __ldg(a.xe + static_cast<size_t>(q >> 1) * upt + u) : 0.f;
+    };
+    if constexpr (NT == 1)
+        if (cnt > 0) load_b(cu, bn, en);
+
     for (int i = 0; i < cnt; ++i) {
         issue(i + S - 1);
         cp_async_wait<S - 1>();
         __syncwarp();
-        const uint2* xq = a.xq + static_cast<size_t>(cu) * 8 * 32 + lane;  // slab 8 cu
-        float e[NT];  // this lane's token exponents for the unit
+        // The unit's activations (B fragments, exponents); at T <= 2 they were loaded during the
+        // previous unit and the next unit's are requested now.
+        uint2 b[8][NT];
+        float e[NT];
+        if constexpr (NT == 1) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const int tok = 2 * nt + (q >> 1);
-            e[nt] = tok < a.T ? __ldg(a.xe + static_cast<size_t>(tok) * upt + cu) : 0.f;
+            for (int m = 0; m < 8; ++m) b[m][0] = bn[m];
+            e[0] = en;
+            const int nu = cu + 1 == upt ? 0 : cu + 1;
+            load_b(nu, bn, en);
+        } else {
+            load_b_all(cu, b, e);
         }
 #pragma unroll
         for (int mt = 0; mt < kMats; ++mt) {
@@ -537,13 +566,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
                     p.f[nt][j] = 0.f;
                 }
 #pragma unroll
-            for (int m = 0; m < kImmaUnit / 32; ++m) {
-                // Columns of tokens >= T hold stale limbs: their sums are never written.
-                uint2 b[NT];
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) b[nt] = __ldg(xq + (static_cast<size_t>(nt) * slabs + m) * 32);
-                I::template sub<NT>(r0, r1, h0, h1, m, ln, b, p);
-            }
+            for (int m = 0; m < kImmaUnit / 32; ++m) I::template sub<NT>(r0, r1, h0, h1, m, ln, b[m], p);
             const float us0 = I::unit_scale(h0, cu), us1 = I::unit_scale(h1, cu);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {

@@ -103,6 +103,11 @@ const QuantOps* quant_ops(quant::Type t);
 void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps,
                     float* out, int64_t out_stride, cudaStream_t s);
 
+// launch_rmsnorm for rows <= 8 (out contiguous, n a multiple of 256) that also writes the rows
+// as launch_act_quant would.
+void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
+                          uint2* xq, float* xe, cudaStream_t s);
+
 // See Backend::head_norm_rope; theta_scale = powf(base, -2/n_rot) computed on the host.
 void launch_head_norm_rope(float* x, int T, int heads, int head_dim, int head_stride, int row,
                            const float* norm_w, float eps, int n_rot, float theta_scale,

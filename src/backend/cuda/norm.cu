@@ -1,6 +1,7 @@
 // RMSNorm, per-head norm + NeoX RoPE, gated RMSNorm. Sums of squares in double and products
 // rounded one at a time (no fused multiply-add) so results match the CPU reference to the
 // last bit where the summation order allows.
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -44,6 +45,31 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, i
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float y = __fmul_rn(xr[i], scale);
         o[i] = w ? __fmul_rn(y, w[i]) : y;
+    }
+}
+
+// RMSNorm of up to 8 rows that also writes the rows in the imma activation format (the matvecs
+// that read them then skip their own conversion): a warp per 256-column unit reads back the
+// stored outputs (out may alias x).
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_quant_kernel(const float* x, int64_t xs, const float* w, int n,
+                                                                     float eps, float* out, uint2* xq, float* xe) {
+    const int row = blockIdx.x;
+    const float* xr = x + row * xs;
+    float* o = out + static_cast<int64_t>(row) * n;
+    double s = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(__fmul_rn(xr[i], xr[i]));
+    const float scale = rms_scale(block_sum(s), n, eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = __fmul_rn(xr[i], scale);
+        o[i] = w ? __fmul_rn(y, w[i]) : y;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, n_units = n / 256;
+    for (int u = threadIdx.x >> 5; u < n_units; u += kNormThreads / 32) {
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = o[u * 256 + 8 * lane + j];
+        act_quant_unit(v, row, u, n_units, n / 32, xq, xe, lane);
     }
 }
 
@@ -111,6 +137,14 @@ void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, 
                     int64_t out_stride, cudaStream_t s) {
     if (rows <= 0) return;
     rmsnorm_kernel<<<rows, kNormThreads, 0, s>>>(x, x_stride, w, n, eps, out, out_stride);
+    DF_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
+                          uint2* xq, float* xe, cudaStream_t s) {
+    if (rows <= 0) return;
+    DF_CUDA_REQUIRE(rows <= 8 && n % 256 == 0, "rmsnorm_quant: at most 8 rows, n a multiple of 256");
+    rmsnorm_quant_kernel<<<rows, kNormThreads, 0, s>>>(x, x_stride, w, n, eps, out, xq, xe);
     DF_CUDA_LAUNCH_CHECK();
 }
 
