@@ -66,6 +66,8 @@ public:
     // Prefill GEMM precision: true (default) = three bf16 products per tile (f32-like); false =
     // one (bf16-rounded operands). DF_CUDA_GEMM=bf16 in the environment selects false.
     void set_split_gemm(bool split) { split_gemm_ = split; }
+    // Whether a T-token matmul of w runs on the integer tensor cores (imma.cuh); for tests.
+    bool matvec_on_tensor_cores(const Weight& w, int T) const { return use_imma(w, T); }
     // Launches the held-back matmuls (every op and memory call does this first).
     void flush();
     cudaStream_t stream() const { return stream_; }

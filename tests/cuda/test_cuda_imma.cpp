@@ -1,0 +1,133 @@
+// The integer tensor-core matvec's pieces (imma.cuh): the activation conversion against its
+// definition (reconstruction error and limb ranges), its fusion into RMSNorm (bit-identical to
+// converting the stored outputs), and which weights take the path. Its products are checked
+// against the CPU backend by the matmul tests of test_cuda_quant.cpp.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/kernels.h"
+#include "quant_test_util.h"
+
+namespace df::test {
+namespace {
+
+constexpr int kUnit = 256;
+
+struct Converted {
+    std::vector<int8_t> xq;
+    std::vector<float> xe;
+};
+
+Converted download_converted(const Buf<uint8_t>& xq, const Buf<float>& xe) {
+    Converted c;
+    const auto q = xq.get();
+    c.xq.assign(q.begin(), q.end());
+    c.xe = xe.get();
+    return c;
+}
+
+// Limb `limb` of element c of token t, as the layout of imma.cuh puts it.
+int8_t limb_of(const Converted& c, int cols, int t, int col, int limb) {
+    const int slabs = cols / 32, s = col / 32, q = (col % 32) / 8, j = col % 8;
+    const size_t lane = static_cast<size_t>(4 * (t & 1) + limb) * 4 + q;
+    return c.xq[((static_cast<size_t>(t / 2) * slabs + s) * 32 + lane) * 8 + j];
+}
+
+TEST(CudaActQuant, ReconstructsWithinTwoToTheMinus31OfTheUnitMaximum) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    const int T = 3, cols = 1280, units = cols / kUnit;
+    std::vector<float> x = randn(g, static_cast<size_t>(T) * cols);
+    // Units with very different scales, an all-zero unit, a denormal-range unit, a NaN.
+    for (int i = 0; i < kUnit; ++i) {
+        x[kUnit + i] *= 1e30f;                       // token 0, unit 1: huge
+        x[2 * kUnit + i] = 0.f;                      // token 0, unit 2: zeros
+        x[cols + 3 * kUnit + i] *= 1e-33f;           // token 1, unit 3: tiny
+        x[2 * cols + i] *= (i % 7 == 0) ? 1e6f : 1.f;  // token 2, unit 0: outliers
+    }
+    x[2 * cols + 4 * kUnit + 17] = std::nanf("");    // token 2, unit 4: poisoned
+    Buf<float> xb(gpu, x);
+    Buf<uint8_t> xq(gpu, cuda::act_quant_xq_bytes(cols));
+    Buf<float> xe(gpu, 8 * static_cast<size_t>(units));
+    cuda::launch_act_quant(xb.p(), T, cols, reinterpret_cast<uint2*>(xq.p()), xe.p(), dynamic_cast<cuda::CudaBackend&>(gpu).stream());
+    const Converted c = download_converted(xq, xe);
+    for (int t = 0; t < T; ++t)
+        for (int u = 0; u < units; ++u) {
+            const float e = c.xe[static_cast<size_t>(t) * units + u];
+            if (t == 2 && u == 4) {
+                EXPECT_TRUE(std::isnan(e)) << "a NaN input must poison its unit";
+                continue;
+            }
+            double mx = 0;
+            for (int i = 0; i < kUnit; ++i) mx = std::max(mx, std::fabs(static_cast<double>(x[static_cast<size_t>(t) * cols + u * kUnit + i])));
+            ASSERT_TRUE(std::isfinite(e));
+            int ex = 0;
+            EXPECT_EQ(std::frexp(e, &ex), 0.5f) << "the exponent is a power of two";
+            for (int i = 0; i < kUnit; ++i) {
+                const int col = u * kUnit + i;
+                long long v = 0;
+                for (int l = 3; l >= 0; --l) {
+                    const int d = limb_of(c, cols, t, col, l);
+                    if (l == 3) {
+                        EXPECT_LE(std::abs(d), 65);
+                    }
+                    v = v * 256 + d;
+                }
+                EXPECT_LE(std::llabs(v), 1LL << 30);
+                const double xi = x[static_cast<size_t>(t) * cols + col];
+                const double err = std::fabs(static_cast<double>(v) * e - xi);
+                // 2^-31 of the unit maximum, plus what is lost below the smallest subnormal.
+                ASSERT_LE(err, std::ldexp(mx, -31) + 1e-45) << "token " << t << " column " << col;
+            }
+        }
+}
+
+TEST(CudaActQuant, FusedIntoRmsnormIsBitIdentical) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    auto g = test_rng();
+    for (const int n : {256, 5120, 6144}) {
+        for (const int T : {1, 2, 5, 8}) {
+            SCOPED_TRACE("n " + std::to_string(n) + " T " + std::to_string(T));
+            const auto x = randn(g, static_cast<size_t>(T) * n), w = randn(g, n);
+            Buf<float> xb(gpu, x), wb(gpu, w), o1(gpu, static_cast<size_t>(T) * n), o2(gpu, static_cast<size_t>(T) * n);
+            Buf<uint8_t> q1(gpu, cuda::act_quant_xq_bytes(n)), q2(gpu, cuda::act_quant_xq_bytes(n));
+            Buf<float> e1(gpu, 8 * static_cast<size_t>(n / kUnit)), e2(gpu, 8 * static_cast<size_t>(n / kUnit));
+            q1.set(std::vector<uint8_t>(q1.size(), 0));
+            q2.set(std::vector<uint8_t>(q2.size(), 0));
+            cuda::launch_rmsnorm_quant(xb.p(), n, wb.p(), T, n, 1e-6f, o1.p(), reinterpret_cast<uint2*>(q1.p()), e1.p(), cuda.stream());
+            cuda::launch_rmsnorm(xb.p(), n, wb.p(), T, n, 1e-6f, o2.p(), n, cuda.stream());
+            cuda::launch_act_quant(o2.p(), T, n, reinterpret_cast<uint2*>(q2.p()), e2.p(), cuda.stream());
+            const auto a1 = o1.get(), a2 = o2.get();
+            const auto b1 = q1.get(), b2 = q2.get();
+            const auto f1 = e1.get(), f2 = e2.get();
+            EXPECT_EQ(0, std::memcmp(a1.data(), a2.data(), a1.size() * 4));
+            EXPECT_EQ(0, std::memcmp(b1.data(), b2.data(), b1.size()));
+            EXPECT_EQ(0, std::memcmp(f1.data(), f2.data(), static_cast<size_t>(T) * (n / kUnit) * 4));
+        }
+    }
+}
+
+TEST(CudaImma, TakenByTheIqTypesForUpToEightTokens) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    auto g = test_rng();
+    for (const Type t : {Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::Q8_0, Type::Q4_K}) {
+        const auto m = random_matrix(t, 32, 512, g);
+        const Weight w = gpu.load_weight(t, 512, 32, m.data(), m.size());
+        const bool iq = t != Type::Q8_0 && t != Type::Q4_K;  // Q8_0: f32 kernel faster for now; Q4_K: no decoder
+        for (int T : {1, 2, 8}) EXPECT_EQ(cuda.matvec_on_tensor_cores(w, T), iq && !std::getenv("DF_CUDA_MATVEC")) << type_str(t) << " T " << T;
+        EXPECT_FALSE(cuda.matvec_on_tensor_cores(w, 9)) << "T > 8 is the GEMM's";
+        gpu.release(const_cast<void*>(w.data));
+    }
+}
+
+}  // namespace
+}  // namespace df::test
