@@ -5,12 +5,12 @@
 // Here weights stay small integers (grid magnitudes with their signs, as int8) and activations
 // become integers that are exact enough (act_quant.cu):
 //   per token and 256-column unit u, x = e_u * v, e_u a power of two, v an integer with
-//   |v| <= 2^30 (rounding error <= 2^-31 of the unit's largest |x|), v split into four signed
+//   |v| <= 2^30 (rounding error <= 2^-30 of the unit's largest |x|), v split into four signed
 //   bytes ("limbs"), v = l0 + 2^8 l1 + 2^16 l2 + 2^24 l3.
 // One mma.m16n8k32.s8 multiplies 16 weight rows by 32 columns for 8 "columns" = 2 tokens x 4
 // limbs, exactly, in int32. Integer sub-block scales multiply the int32 sums (still exact); once
 // per unit the sums become float, times the block scale and e_u; at the end the limbs are
-// recombined. Rounding: f32 accumulation over units and the activations' 2^-31, both below
+// recombined. Rounding: f32 accumulation over units and the activations' 2^-30, both below
 // the f32-FMA path's (DESIGN.md, numerics).
 //
 // Activation layout (written by act_quant.cu): for n-tile nt (tokens 2nt, 2nt+1), 32-column
@@ -102,6 +102,7 @@ struct ImmaLane {
 template <int NT>
 struct ImmaPartial {
     int i[NT][4];
+    int mn[NT][4];  // min-weighted activation sums (types with mins)
     float f[NT][4];
 };
 
@@ -145,7 +146,8 @@ DF_DEV void imma_mma_int16(const uint32_t (&a)[4], const uint2 (&b)[NT], int q, 
 //   kHead   bytes of split heads staged per row, from head_src(u) in the row's head array;
 //   Tabs    its shared-memory tables, load_tabs() starts copying them (cp.async);
 //   sub()   the mma of 32-column slab m for rows r0 (g) and r1 (g + 8), lane q;
-//   unit_scale() the float that multiplies the unit's integer sums.
+//   unit_scale() the float that multiplies the unit's integer sums (from the staged row r or
+//           its heads h); types with mins (kMins) also unit_min() for the min-weighted sums.
 
 template <Type T>
 struct Imma {
@@ -163,7 +165,7 @@ struct Imma<Type::Q8_0> : ImmaNoTabs {
     static constexpr bool kSupported = true;
     static constexpr int kBody = 256, kCopy = 16, kStride = 288, kHead = 16, kStages = 2;
     static DF_DEV size_t head_src(int u) { return 16 * static_cast<size_t>(u); }
-    static DF_DEV float unit_scale(const uint8_t*, int) { return 0.f; }
+    static DF_DEV float unit_scale(const uint8_t*, const uint8_t*, int) { return 0.f; }
     template <int NT>
     static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t* h0, const uint8_t* h1, int m,
                            const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
@@ -224,7 +226,7 @@ struct Imma<Type::IQ2_XXS> : ImmaIqHead {
         copy_table_async(t.grid, g->iq2xxs_sel, sizeof t.grid);
         copy_table_async(t.sign, g->sign7, sizeof t.sign);
     }
-    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u) * 0.125f; }  // d (0.5 + s) / 4
+    static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u) * 0.125f; }  // d (0.5 + s) / 4
     static constexpr int kGridR = 32, kSignR = 32;
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint2 w = lds_u2(r + 8 * m);
@@ -243,7 +245,7 @@ struct Imma<Type::IQ2_XS> : ImmaIqHead {
         copy_table_async(t.grid, g->iq2xs_sel, sizeof t.grid);
         copy_table_async(t.sign, g->sign7, sizeof t.sign);
     }
-    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u) * 0.125f; }
+    static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u) * 0.125f; }
     static constexpr int kGridR = 16, kSignR = 32;
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
         const uint32_t w = lds_u16(r + 8 * m + 2 * l.q), sc = r[64 + m];
@@ -263,7 +265,7 @@ struct Imma<Type::IQ2_S> : ImmaIqHead {
         copy_table_async(t.grid, g->iq2s_sel, sizeof t.grid);
         copy_table_async(t.sign, g->sign8, sizeof t.sign);
     }
-    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u) * 0.125f; }
+    static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u) * 0.125f; }
     static constexpr int kGridR = 8, kSignR = 16;
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
         const uint32_t qh = r[64 + m], sc = r[72 + m];
@@ -284,7 +286,7 @@ struct Imma<Type::IQ3_XXS> : ImmaIqHead {
         copy_table_async(t.grid, g->iq3xxs, sizeof t.grid);
         copy_table_async(t.sign, g->sign7_sel, sizeof t.sign);
     }
-    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u) * 0.25f; }  // d (0.5 + s) / 2
+    static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u) * 0.25f; }  // d (0.5 + s) / 2
     static constexpr int kGridR = 32, kSignR = 32;
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), aux = lds_u32(r + 64 + 4 * m);
@@ -305,7 +307,7 @@ struct Imma<Type::IQ3_S> : ImmaIqHead {
         copy_table_async(t.grid, g->iq3s, sizeof t.grid);
         copy_table_async(t.sign, g->sign8_sel, sizeof t.sign);
     }
-    static DF_DEV float unit_scale(const uint8_t* h, int u) { return head(h, u); }  // d (1 + 2 s)
+    static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u); }  // d (1 + 2 s)
     static constexpr int kGridR = 16, kSignR = 16;
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), qh = r[64 + m];
@@ -320,6 +322,121 @@ struct Imma<Type::IQ3_S> : ImmaIqHead {
 
 #undef DF_IMMA_IQ_SUB
 
+// Q4_K/Q5_K slabs: `row` gives the unsigned quants (a[0], a[2] or a[1], a[3]), scale and min.
+template <class D, int NT>
+DF_DEV void imma_kquant_sub(const uint8_t* r0, const uint8_t* r1, int m, int q, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
+    uint32_t a[4];
+    int s0, s1, m0, m1;
+    D::row(r0, m, q, a[0], a[2], s0, m0);
+    D::row(r1, m, q, a[1], a[3], s1, m1);
+    const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        int c[4];
+        mma_s8(c, a, b[nt]);
+        imma_add_int(p, nt, c, s0, s1);
+        mma_s8(c, ones, b[nt]);  // every row: the slab's activation sum of the column
+        p.mn[nt][0] += c[0] * m0;
+        p.mn[nt][1] += c[1] * m0;
+        p.mn[nt][2] += c[2] * m1;
+        p.mn[nt][3] += c[3] * m1;
+    }
+}
+
+// Q4_K: w = d sc q - dmin m per 32-element sub-block. The q are nibbles (exact int8); the
+// activation sums the mins multiply come from a second mma with all-ones weights.
+template <>
+struct Imma<Type::Q4_K> : ImmaNoTabs {
+    static constexpr bool kSupported = true, kMins = true;
+    static constexpr int kBody = 144, kCopy = 16, kStride = 160, kHead = 0, kStages = 4;
+    static DF_DEV size_t head_src(int) { return 0; }
+    static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r)); }
+    static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 2)); }
+    static DF_DEV void row(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi, int& sc, int& mn) {
+        const uint2 w = lds_u2(r + 16 + 32 * (m >> 1) + 8 * q);
+        const int sh = 4 * (m & 1);
+        lo = (w.x >> sh) & 0x0F0F0F0Fu;
+        hi = (w.y >> sh) & 0x0F0F0F0Fu;
+        const uint4 h = *reinterpret_cast<const uint4*>(r);  // d, dmin, the 12 scale bytes
+        uint32_t s, mm;
+        scale_min_k4(h.y, h.z, h.w, m, s, mm);
+        sc = static_cast<int>(s);
+        mn = static_cast<int>(mm);
+    }
+    template <int NT>
+    static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
+                           const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
+        imma_kquant_sub<Imma, NT>(r0, r1, m, l.q, b, p);
+    }
+};
+
+// Q5_K: Q4_K with a fifth bit per element (bit m of qh[l] for sub-block m).
+template <>
+struct Imma<Type::Q5_K> : ImmaNoTabs {
+    static constexpr bool kSupported = true, kMins = true;
+    static constexpr int kBody = 176, kCopy = 16, kStride = 176, kHead = 0, kStages = 4;
+    static DF_DEV size_t head_src(int) { return 0; }
+    static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r)); }
+    static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 2)); }
+    static DF_DEV void row(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi, int& sc, int& mn) {
+        const uint2 w = lds_u2(r + 48 + 32 * (m >> 1) + 8 * q), h5 = lds_u2(r + 16 + 8 * q);
+        const int sh = 4 * (m & 1);
+        lo = ((w.x >> sh) & 0x0F0F0F0Fu) | (((h5.x >> m) & 0x01010101u) << 4);
+        hi = ((w.y >> sh) & 0x0F0F0F0Fu) | (((h5.y >> m) & 0x01010101u) << 4);
+        const uint4 h = *reinterpret_cast<const uint4*>(r);
+        uint32_t s, mm;
+        scale_min_k4(h.y, h.z, h.w, m, s, mm);
+        sc = static_cast<int>(s);
+        mn = static_cast<int>(mm);
+    }
+    template <int NT>
+    static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
+                           const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
+        imma_kquant_sub<Imma, NT>(r0, r1, m, l.q, b, p);
+    }
+};
+
+// Q2_K: w = d (sc & 15) q - dmin (sc >> 4) per 16 elements, q 2-bit. Halves of a slab have their
+// own scale and min: values and all-ones mmas run once per half (the other half's activations
+// zeroed).
+template <>
+struct Imma<Type::Q2_K> : ImmaNoTabs {
+    static constexpr bool kSupported = true, kMins = true;
+    static constexpr int kBody = 84, kCopy = 4, kStride = 88, kHead = 0, kStages = 4;  // 8-byte aligned rows
+    static DF_DEV size_t head_src(int) { return 0; }
+    static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r + 80)); }
+    static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 82)); }
+    template <int NT>
+    static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
+                           const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
+        const int n = m >> 2, sh = 2 * (m & 3);
+        const uint2 w0 = lds_u2(r0 + 16 + 32 * n + 8 * l.q), w1 = lds_u2(r1 + 16 + 32 * n + 8 * l.q);
+        const uint32_t a[4] = {(w0.x >> sh) & 0x03030303u, (w1.x >> sh) & 0x03030303u, (w0.y >> sh) & 0x03030303u,
+                               (w1.y >> sh) & 0x03030303u};
+        const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+        const uint32_t s0 = lds_u16(r0 + 2 * m), s1 = lds_u16(r1 + 2 * m);  // scale bytes of the two halves
+        const bool lo = l.q < 2;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const uint2 z = make_uint2(0u, 0u);
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const uint2 bh = (hf == 0) == lo ? b[nt] : z;
+                const int sc0 = static_cast<int>((s0 >> (8 * hf)) & 15u), sc1 = static_cast<int>((s1 >> (8 * hf)) & 15u);
+                const int mn0 = static_cast<int>((s0 >> (8 * hf + 4)) & 15u), mn1 = static_cast<int>((s1 >> (8 * hf + 4)) & 15u);
+                int c[4];
+                mma_s8(c, a, bh);
+                imma_add_int(p, nt, c, sc0, sc1);
+                mma_s8(c, ones, bh);
+                p.mn[nt][0] += c[0] * mn0;
+                p.mn[nt][1] += c[1] * mn0;
+                p.mn[nt][2] += c[2] * mn1;
+                p.mn[nt][3] += c[3] * mn1;
+            }
+        }
+    }
+};
+
 // ---- the kernel --------------------------------------------------------------------------
 //
 // Stream-K: the (tile, unit) pairs of the matrix, tile-major, are cut into one contiguous range
@@ -328,6 +445,12 @@ struct Imma<Type::IQ3_S> : ImmaIqHead {
 // boundaries. A tile covered by one warp is written directly; otherwise each contributor stores
 // its partial sums (slot 0: the warp's first tile, slot 1: its last), and the last one to arrive
 // (a per-tile counter) adds them in contributor order, so results are deterministic.
+
+template <class I>
+constexpr bool imma_has_mins() {
+    if constexpr (requires { I::kMins; }) return I::kMins;
+    else return false;
+}
 
 template <class I, int kMats>
 constexpr int imma_stage_bytes() { return kMats * (16 * I::kStride + 16 * I::kHead); }
@@ -563,17 +686,30 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     p.i[nt][j] = 0;
+                    p.mn[nt][j] = 0;
                     p.f[nt][j] = 0.f;
                 }
 #pragma unroll
             for (int m = 0; m < kImmaUnit / 32; ++m) I::template sub<NT>(r0, r1, h0, h1, m, ln, b[m], p);
-            const float us0 = I::unit_scale(h0, cu), us1 = I::unit_scale(h1, cu);
+            const float us0 = I::unit_scale(r0, h0, cu), us1 = I::unit_scale(r1, h1, cu);
+            if constexpr (imma_has_mins<I>()) {
+                const float um0 = I::unit_min(r0), um1 = I::unit_min(r1);
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                acc[mt][nt][0] = fmaf(e[nt], fmaf(us0, static_cast<float>(p.i[nt][0]), p.f[nt][0]), acc[mt][nt][0]);
-                acc[mt][nt][1] = fmaf(e[nt], fmaf(us0, static_cast<float>(p.i[nt][1]), p.f[nt][1]), acc[mt][nt][1]);
-                acc[mt][nt][2] = fmaf(e[nt], fmaf(us1, static_cast<float>(p.i[nt][2]), p.f[nt][2]), acc[mt][nt][2]);
-                acc[mt][nt][3] = fmaf(e[nt], fmaf(us1, static_cast<float>(p.i[nt][3]), p.f[nt][3]), acc[mt][nt][3]);
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float us = j < 2 ? us0 : us1, um = j < 2 ? um0 : um1;
+                        const float v = fmaf(us, static_cast<float>(p.i[nt][j]), -(um * static_cast<float>(p.mn[nt][j])));
+                        acc[mt][nt][j] = fmaf(e[nt], v, acc[mt][nt][j]);
+                    }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    acc[mt][nt][0] = fmaf(e[nt], fmaf(us0, static_cast<float>(p.i[nt][0]), p.f[nt][0]), acc[mt][nt][0]);
+                    acc[mt][nt][1] = fmaf(e[nt], fmaf(us0, static_cast<float>(p.i[nt][1]), p.f[nt][1]), acc[mt][nt][1]);
+                    acc[mt][nt][2] = fmaf(e[nt], fmaf(us1, static_cast<float>(p.i[nt][2]), p.f[nt][2]), acc[mt][nt][2]);
+                    acc[mt][nt][3] = fmaf(e[nt], fmaf(us1, static_cast<float>(p.i[nt][3]), p.f[nt][3]), acc[mt][nt][3]);
+                }
             }
         }
         __syncwarp();  // the slot is refilled by the next issue
