@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "common/golden.h"
+#include "common/run_cli.h"
 #include "gguf/raw_gguf.h"
 
 namespace {
@@ -20,35 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct Outcome {
-    int code = -1;
-    std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), {}};
-}
+using Outcome = df::test::CliOutcome;
 
 // Runs `diskformer inspect <args>` and captures exit code, stdout and stderr.
-Outcome inspect(const std::string& args) {
-    const fs::path bin = fs::path(DF_BINARY_DIR) / "app" / "diskformer";
-    if (!fs::exists(bin)) {
-        ADD_FAILURE() << bin << " is missing: build the diskformer target";
-        return {};
-    }
-    const auto tmp = fs::temp_directory_path() / ("df_inspect_" + std::to_string(::getpid()));
-    const std::string cmd = "'" + bin.string() + "' inspect " + args + " >'" + tmp.string() + ".out' 2>'" +
-                            tmp.string() + ".err'";
-    const int status = std::system(cmd.c_str());
-    Outcome r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(tmp.string() + ".out");
-    r.err = slurp(tmp.string() + ".err");
-    fs::remove(tmp.string() + ".out");
-    fs::remove(tmp.string() + ".err");
-    return r;
-}
+Outcome inspect(const std::string& args) { return df::test::run_diskformer("inspect " + args); }
 
 std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
 

@@ -7,45 +7,19 @@
 #include <filesystem>
 #include <fstream>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/golden.h"
+#include "common/run_cli.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-    int code = -1;
-    std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), {}};
-}
+using Outcome = df::test::CliOutcome;
 
 // Runs `diskformer <args>` with stdout and stderr captured (not a terminal: no ANSI).
-Outcome diskformer(const std::string& args) {
-    const fs::path bin = fs::path(DF_BINARY_DIR) / "app" / "diskformer";
-    if (!fs::exists(bin)) {
-        ADD_FAILURE() << bin << " is missing: build the diskformer target";
-        return {};
-    }
-    const auto tmp = fs::temp_directory_path() / ("df_run_" + std::to_string(::getpid()));
-    // stdin is /dev/null unless args redirect it (the later redirection wins).
-    const std::string cmd = "'" + bin.string() + "' </dev/null " + args + " >'" + tmp.string() + ".out' 2>'" +
-                            tmp.string() + ".err'";
-    const int status = std::system(cmd.c_str());
-    Outcome r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(tmp.string() + ".out");
-    r.err = slurp(tmp.string() + ".err");
-    fs::remove(tmp.string() + ".out");
-    fs::remove(tmp.string() + ".err");
-    return r;
-}
+Outcome diskformer(const std::string& args) { return df::test::run_diskformer(args); }
 
 std::string model(const char* name) {
     return "'" + (df::test::golden_dir() / "models" / (std::string(name) + ".gguf")).string() + "' --backend cpu -t 2";
