@@ -120,10 +120,11 @@ TEST(CudaImma, TakenByTheIqAndKTypesForUpToEightTokens) {
     Backend& gpu = *gpu_backend();
     auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
     auto g = test_rng();
-    for (const Type t : {Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::Q8_0, Type::Q2_K, Type::Q4_K, Type::Q5_K}) {
+    for (const Type t : {Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::Q8_0, Type::Q2_K, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
         const auto m = random_matrix(t, 32, 512, g);
         const Weight w = gpu.load_weight(t, 512, 32, m.data(), m.size());
-        const bool iq = t != Type::Q8_0;  // Q8_0: its f32 kernel is faster for now (NOTES.md)
+        // Off by default: Q8_0 (its f32 kernel is faster for now), Q6_K (pending these tests).
+        const bool iq = t != Type::Q8_0 && t != Type::Q6_K;
         for (int T : {1, 2, 8}) EXPECT_EQ(cuda.matvec_on_tensor_cores(w, T), iq && !std::getenv("DF_CUDA_MATVEC")) << type_str(t) << " T " << T;
         EXPECT_FALSE(cuda.matvec_on_tensor_cores(w, 9)) << "T > 8 is the GEMM's";
         gpu.release(const_cast<void*>(w.data));

@@ -437,6 +437,38 @@ struct Imma<Type::Q2_K> : ImmaNoTabs {
     }
 };
 
+// Q6_K: w = d sc q, q = 6 bits (4 from ql, 2 from qh) minus 32, sc int8 per 16 elements.
+template <>
+struct Imma<Type::Q6_K> : ImmaNoTabs, ImmaIqHead {
+    static constexpr bool kSupported = true;
+    static constexpr int kBody = 208, kCopy = 16, kStride = 224, kStages = 3;  // 4 overflows smem when paired
+    static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u); }
+    // Elements 8q .. 8q+7 of sub-block m: 128-element half m / 4, quarter k = m % 4.
+    static DF_DEV uint32_t quants(uint32_t ql, uint32_t qh, int k) {
+        const uint32_t q6 = ((ql >> (4 * (k >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * k)) & 0x03030303u) << 4);
+        const uint32_t b = q6 ^ 0x20202020u;      // q - 32 in 6-bit two's complement
+        return b | ((b & 0x20202020u) * 6u);      // sign-extended to 8 bits (no carries)
+    }
+    static DF_DEV void row(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
+        const int hf = m >> 2, k = m & 3;
+        const uint2 ql = lds_u2(r + 64 * hf + 32 * (k & 1) + 8 * q), qh = lds_u2(r + 128 + 32 * hf + 8 * q);
+        lo = quants(ql.x, qh.x, k);
+        hi = quants(ql.y, qh.y, k);
+        const uint32_t sc = lds_u16(r + 192 + 8 * hf + 2 * k);
+        slo = static_cast<int8_t>(sc & 255u);
+        shi = static_cast<int8_t>(sc >> 8);
+    }
+    template <int NT>
+    static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
+                           const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
+        uint32_t a[4];
+        int s[4];
+        row(r0, m, l.q, a[0], a[2], s[0], s[1]);
+        row(r1, m, l.q, a[1], a[3], s[2], s[3]);
+        imma_mma_int16(a, b, l.q, s, p);
+    }
+};
+
 // ---- the kernel --------------------------------------------------------------------------
 //
 // Stream-K: the (tile, unit) pairs of the matrix, tile-major, are cut into one contiguous range
@@ -729,6 +761,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
 template <Type TY, int NT, bool kPair>
 void imma_launch_kernel(const ImmaArgs& a, cudaStream_t s) {
     constexpr int smem = imma_smem_bytes<Imma<TY>, kPair ? 2 : 1>();
+    static_assert(smem <= 227 * 1024, "imma: the block's shared memory exceeds the sm_90 limit");
     static bool attr_set = false;  // ops are issued from one thread
     if (!attr_set) {
         DF_CUDA_CHECK(cudaFuncSetAttribute(imma_kernel<TY, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
