@@ -322,41 +322,22 @@ struct Imma<Type::IQ3_S> : ImmaIqHead {
 
 #undef DF_IMMA_IQ_SUB
 
-// Q4_K/Q5_K slabs: `row` gives the unsigned quants (a[0], a[2] or a[1], a[3]), scale and min.
-template <class D, int NT>
-DF_DEV void imma_kquant_sub(const uint8_t* r0, const uint8_t* r1, int m, int q, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
-    uint32_t a[4];
-    int s0, s1, m0, m1;
-    D::row(r0, m, q, a[0], a[2], s0, m0);
-    D::row(r1, m, q, a[1], a[3], s1, m1);
-    const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        int c[4];
-        mma_s8(c, a, b[nt]);
-        imma_add_int(p, nt, c, s0, s1);
-        mma_s8(c, ones, b[nt]);  // every row: the slab's activation sum of the column
-        p.mn[nt][0] += c[0] * m0;
-        p.mn[nt][1] += c[1] * m0;
-        p.mn[nt][2] += c[2] * m1;
-        p.mn[nt][3] += c[3] * m1;
-    }
-}
-
-// Q4_K: w = d sc q - dmin m per 32-element sub-block. The q are nibbles (exact int8); the
-// activation sums the mins multiply come from a second mma with all-ones weights.
-template <>
-struct Imma<Type::Q4_K> : ImmaNoTabs {
-    static constexpr bool kSupported = true, kMins = true;
-    static constexpr int kBody = 144, kCopy = 16, kStride = 160, kHead = 0, kStages = 4;
+// Types with no split heads.
+struct ImmaNoHead {
+    static constexpr int kHead = 0;
     static DF_DEV size_t head_src(int) { return 0; }
+};
+
+// Q4_K and Q5_K: w = d sc q - dmin m per 32-element sub-block, with d, dmin and the 12 packed
+// scale bytes at the start of the block; D::quants gives the unsigned quants of lane q (exact
+// int8). The activation sums the mins multiply come from a second mma with all-ones weights.
+template <class D>
+struct ImmaKQuant : ImmaNoTabs, ImmaNoHead {
+    static constexpr bool kSupported = true, kMins = true;
     static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r)); }
     static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 2)); }
     static DF_DEV void row(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi, int& sc, int& mn) {
-        const uint2 w = lds_u2(r + 16 + 32 * (m >> 1) + 8 * q);
-        const int sh = 4 * (m & 1);
-        lo = (w.x >> sh) & 0x0F0F0F0Fu;
-        hi = (w.y >> sh) & 0x0F0F0F0Fu;
+        D::quants(r, m, q, lo, hi);
         const uint4 h = *reinterpret_cast<const uint4*>(r);  // d, dmin, the 12 scale bytes
         uint32_t s, mm;
         scale_min_k4(h.y, h.z, h.w, m, s, mm);
@@ -366,33 +347,46 @@ struct Imma<Type::Q4_K> : ImmaNoTabs {
     template <int NT>
     static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
                            const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
-        imma_kquant_sub<Imma, NT>(r0, r1, m, l.q, b, p);
+        uint32_t a[4];
+        int s0, s1, m0, m1;
+        row(r0, m, l.q, a[0], a[2], s0, m0);
+        row(r1, m, l.q, a[1], a[3], s1, m1);
+        const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            int c[4];
+            mma_s8(c, a, b[nt]);
+            imma_add_int(p, nt, c, s0, s1);
+            mma_s8(c, ones, b[nt]);  // every row: the slab's activation sum of the column
+            p.mn[nt][0] += c[0] * m0;
+            p.mn[nt][1] += c[1] * m0;
+            p.mn[nt][2] += c[2] * m1;
+            p.mn[nt][3] += c[3] * m1;
+        }
+    }
+};
+
+// Q4_K: the quants are nibbles (low for even sub-blocks, high for odd).
+template <>
+struct Imma<Type::Q4_K> : ImmaKQuant<Imma<Type::Q4_K>> {
+    static constexpr int kBody = 144, kCopy = 16, kStride = 160, kStages = 4;
+    static DF_DEV void quants(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi) {
+        const uint2 w = lds_u2(r + 16 + 32 * (m >> 1) + 8 * q);
+        const int sh = 4 * (m & 1);
+        lo = (w.x >> sh) & 0x0F0F0F0Fu;
+        hi = (w.y >> sh) & 0x0F0F0F0Fu;
     }
 };
 
 // Q5_K: Q4_K with a fifth bit per element (bit m of qh[l] for sub-block m).
 template <>
-struct Imma<Type::Q5_K> : ImmaNoTabs {
-    static constexpr bool kSupported = true, kMins = true;
-    static constexpr int kBody = 176, kCopy = 16, kStride = 176, kHead = 0, kStages = 4;
-    static DF_DEV size_t head_src(int) { return 0; }
-    static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r)); }
-    static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 2)); }
-    static DF_DEV void row(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi, int& sc, int& mn) {
+struct Imma<Type::Q5_K> : ImmaKQuant<Imma<Type::Q5_K>> {
+    static constexpr int kBody = 176, kCopy = 16, kStride = 176, kStages = 4;
+    static DF_DEV void quants(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi) {
         const uint2 w = lds_u2(r + 48 + 32 * (m >> 1) + 8 * q), h5 = lds_u2(r + 16 + 8 * q);
         const int sh = 4 * (m & 1);
         lo = ((w.x >> sh) & 0x0F0F0F0Fu) | (((h5.x >> m) & 0x01010101u) << 4);
         hi = ((w.y >> sh) & 0x0F0F0F0Fu) | (((h5.y >> m) & 0x01010101u) << 4);
-        const uint4 h = *reinterpret_cast<const uint4*>(r);
-        uint32_t s, mm;
-        scale_min_k4(h.y, h.z, h.w, m, s, mm);
-        sc = static_cast<int>(s);
-        mn = static_cast<int>(mm);
-    }
-    template <int NT>
-    static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
-                           const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
-        imma_kquant_sub<Imma, NT>(r0, r1, m, l.q, b, p);
     }
 };
 
@@ -400,10 +394,9 @@ struct Imma<Type::Q5_K> : ImmaNoTabs {
 // own scale and min: values and all-ones mmas run once per half (the other half's activations
 // zeroed).
 template <>
-struct Imma<Type::Q2_K> : ImmaNoTabs {
+struct Imma<Type::Q2_K> : ImmaNoTabs, ImmaNoHead {
     static constexpr bool kSupported = true, kMins = true;
-    static constexpr int kBody = 84, kCopy = 4, kStride = 88, kHead = 0, kStages = 4;  // 8-byte aligned rows
-    static DF_DEV size_t head_src(int) { return 0; }
+    static constexpr int kBody = 84, kCopy = 4, kStride = 88, kStages = 4;  // 8-byte aligned rows
     static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r + 80)); }
     static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 82)); }
     template <int NT>

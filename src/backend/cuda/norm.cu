@@ -35,10 +35,8 @@ __device__ float rms_scale(double sumsq, int n, float eps) {
     return 1.0f / sqrtf(mean + eps);
 }
 
-__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, int64_t xs, const float* w, int n,
-                                                               float eps, float* out, int64_t os) {
-    const float* xr = x + blockIdx.x * xs;
-    float* o = out + blockIdx.x * os;
+// One row by the whole block (out may alias x).
+__device__ void rmsnorm_row(const float* xr, const float* w, int n, float eps, float* o) {
     double s = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(__fmul_rn(xr[i], xr[i]));
     const float scale = rms_scale(block_sum(s), n, eps);
@@ -48,21 +46,19 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, i
     }
 }
 
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, int64_t xs, const float* w, int n,
+                                                               float eps, float* out, int64_t os) {
+    rmsnorm_row(x + blockIdx.x * xs, w, n, eps, out + blockIdx.x * os);
+}
+
 // RMSNorm of up to 8 rows that also writes the rows in the imma activation format (the matvecs
 // that read them then skip their own conversion): a warp per 256-column unit reads back the
 // stored outputs (out may alias x).
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_quant_kernel(const float* x, int64_t xs, const float* w, int n,
                                                                      float eps, float* out, uint2* xq, float* xe) {
     const int row = blockIdx.x;
-    const float* xr = x + row * xs;
     float* o = out + static_cast<int64_t>(row) * n;
-    double s = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(__fmul_rn(xr[i], xr[i]));
-    const float scale = rms_scale(block_sum(s), n, eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float y = __fmul_rn(xr[i], scale);
-        o[i] = w ? __fmul_rn(y, w[i]) : y;
-    }
+    rmsnorm_row(x + row * xs, w, n, eps, o);
     __syncthreads();
     const int lane = threadIdx.x & 31, n_units = n / 256;
     for (int u = threadIdx.x >> 5; u < n_units; u += kNormThreads / 32) {
