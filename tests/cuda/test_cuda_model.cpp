@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <regex>
 
+#include <cstring>
+
+#include "backend/cuda/kernels.h"
 #include "common/golden.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
@@ -150,6 +153,64 @@ TEST(CudaModel, GoldenF32TwinLogitsChunkedStepwiseAndGreedy) {
             m->free_state(*st);
         }
     }
+}
+
+// The logits of `steps` one-token steps of the golden prompt: eager launches or one recorded
+// graph replayed, with programmatic dependent launch on or off.
+std::vector<float> decode_logits(const model::Model& m, Backend& gpu, const std::vector<int32_t>& prompt, int steps,
+                                 bool graph, bool pdl) {
+    cuda::set_pdl_enabled(pdl);
+    const int V = m.config().n_vocab;
+    auto st = m.new_state(512, 1, KvType::f16, false);
+    const uint64_t key = reinterpret_cast<uintptr_t>(st.get());
+    std::vector<float> out(static_cast<size_t>(steps) * V);
+    for (int t = 0; t < steps; ++t) {
+        upload_step(gpu, *st, {prompt[static_cast<size_t>(t) % prompt.size()]}, t);
+        if (!graph || !gpu.replay(key)) {
+            const bool rec = graph && gpu.begin_capture(key);
+            Step s;
+            s.T = 1;
+            s.tokens = st->tokens;
+            s.pos = st->pos;
+            s.pos0_hint = t;
+            s.max_ctx = 512;
+            m.forward(*st, s, model::Output::last);
+            if (rec) {
+                gpu.end_capture();
+                gpu.replay(key);
+            }
+        }
+        gpu.download(out.data() + static_cast<size_t>(t) * V, st->logits, static_cast<size_t>(V) * 4);
+    }
+    if (graph) gpu.drop_capture(key);
+    m.free_state(*st);
+    cuda::set_pdl_enabled(true);
+    return out;
+}
+
+TEST(CudaModel, GraphAndEagerDecodeBitIdenticalWithAndWithoutPdl) {
+    DF_REQUIRE_CUDA();
+    auto gpu = gpu_backend();
+    const bool pdl_default = cuda::pdl_enabled();
+    for (const fs::path& path : golden_models()) {
+        const std::string name = path.stem().string();
+        SCOPED_TRACE(name);
+        const fs::path meta_path = path.parent_path() / (name + ".greedy_f32w.json");
+        if (!fs::exists(meta_path)) continue;
+        const auto meta = read_file(meta_path);
+        const auto prompt = json_ints(std::string(meta.begin(), meta.end()), "prompt");
+        ASSERT_FALSE(prompt.empty());
+        const auto m = model::Model::load(path.string(), gpu);
+        const int steps = 24;
+        const auto base = decode_logits(*m, *gpu, prompt, steps, /*graph=*/false, /*pdl=*/false);
+        for (const auto& [graph, pdl] : {std::pair{false, true}, std::pair{true, false}, std::pair{true, true}}) {
+            const auto got = decode_logits(*m, *gpu, prompt, steps, graph, pdl);
+            EXPECT_EQ(0, std::memcmp(got.data(), base.data(), base.size() * 4))
+                << (graph ? "graph" : "eager") << (pdl ? " with" : " without") << " PDL differs from eager without PDL";
+        }
+        std::printf("[cuda golden] %-18s decode: eager/graph x PDL on/off bit-identical over %d steps\n", name.c_str(), steps);
+    }
+    cuda::set_pdl_enabled(pdl_default);
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 // power-of-two exponent and four int8 limbs per element, stored as the kernels' B fragments.
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/imma.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace df::cuda {
 namespace {
 
 // A warp per (unit, token).
 __global__ void __launch_bounds__(256) act_quant_kernel(const float* x, int cols, uint2* xq, float* xe) {
+    pdl_begin();
     const int lane = threadIdx.x & 31, unit = blockIdx.x * 8 + (threadIdx.x >> 5), tok = blockIdx.y;
     const int n_units = cols / kImmaUnit;
     if (unit >= n_units) return;
@@ -24,8 +26,7 @@ size_t act_quant_xq_bytes(int cols) { return static_cast<size_t>(4) * (cols / 32
 void launch_act_quant(const float* x, int T, int cols, uint2* xq, float* xe, cudaStream_t s) {
     DF_CUDA_REQUIRE(T >= 1 && T <= 8 && cols > 0 && cols % kImmaUnit == 0, "act_quant: T in 1..8, cols a multiple of 256");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0, "act_quant: x must be 16-byte aligned");
-    act_quant_kernel<<<dim3((cols / kImmaUnit + 7) / 8, T), 256, 0, s>>>(x, cols, xq, xe);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(act_quant_kernel, dim3((cols / kImmaUnit + 7) / 8, T), 256, 0, s, x, cols, xq, xe);
 }
 
 size_t imma_scratch_bytes(int blocks) { return sizeof(float) * imma_scratch_floats(blocks * kImmaWarps); }

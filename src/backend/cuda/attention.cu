@@ -14,6 +14,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace df::cuda {
 namespace {
@@ -72,6 +73,7 @@ DF_DEV void load_row(const void* base, int64_t idx, float (&v)[DPL]) {
 
 template <int DPL, bool kHalf>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a, int group, int nsplit) {
+    pdl_begin();
     constexpr int D = 32 * DPL;
     const int split = blockIdx.x, t = blockIdx.z;
     const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
@@ -168,6 +170,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
 
 // out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
 __global__ void attn_combine_kernel(const float* partial, int heads, int D, int nsplit, const int32_t* pos, float* out) {
+    pdl_begin();
     const int h = blockIdx.x, t = blockIdx.y;
     const int used = splits_used(pos[t] + 1, nsplit);
     if (used == 1) return;  // the attention kernel wrote the result
@@ -204,6 +207,7 @@ constexpr size_t prefill_smem_bytes() {
 
 template <int DPL, bool kHalf>
 __global__ void __launch_bounds__(kPfWarps * 32) attn_prefill_kernel(const AttnArgs a, int group) {
+    pdl_begin();
     constexpr int D = 32 * DPL, KS = D + 4;
     extern __shared__ __align__(16) float pf_smem[];
     float* qs = pf_smem;                 // [kPfRows][D]
@@ -328,9 +332,9 @@ __global__ void __launch_bounds__(kPfWarps * 32) attn_prefill_kernel(const AttnA
 template <int DPL>
 void attn_dispatch(const AttnArgs& a, dim3 grid, int group, int nsplit, cudaStream_t s) {
     if (a.half_cache)
-        attn_kernel<DPL, true><<<grid, kAttnWarps * 32, 0, s>>>(a, group, nsplit);
+        launch(attn_kernel<DPL, true>, grid, kAttnWarps * 32, 0, s, a, group, nsplit);
     else
-        attn_kernel<DPL, false><<<grid, kAttnWarps * 32, 0, s>>>(a, group, nsplit);
+        launch(attn_kernel<DPL, false>, grid, kAttnWarps * 32, 0, s, a, group, nsplit);
 }
 
 template <int DPL, bool kHalf>
@@ -345,7 +349,7 @@ void prefill_launch(const AttnArgs& a, int group, cudaStream_t s) {
     const int tok_per_block = kPfRows / group;
     const int ratio = a.heads / a.kv_heads;
     const dim3 grid((a.T + tok_per_block - 1) / tok_per_block, a.kv_heads * (ratio / group));
-    attn_prefill_kernel<DPL, kHalf><<<grid, kPfWarps * 32, smem, s>>>(a, group);
+    launch(attn_prefill_kernel<DPL, kHalf>, grid, kPfWarps * 32, smem, s, a, group);
 }
 
 template <int DPL>
@@ -378,7 +382,6 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
             prefill_dispatch<4>(a, group, s);
         else
             prefill_dispatch<8>(a, group, s);
-        DF_CUDA_LAUNCH_CHECK();
         return;
     }
     // Enough blocks to cover the GPU twice, bounded by the scratch for partial results. The
@@ -399,10 +402,8 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
         case 7: attn_dispatch<7>(a, grid, group, nsplit, s); break;
         case 8: attn_dispatch<8>(a, grid, group, nsplit, s); break;
     }
-    DF_CUDA_LAUNCH_CHECK();
     if (nsplit > 1) {
-        attn_combine_kernel<<<dim3(a.heads, a.T), 128, 0, s>>>(a.partial, a.heads, a.head_dim, nsplit, a.pos, a.out);
-        DF_CUDA_LAUNCH_CHECK();
+        launch(attn_combine_kernel, dim3(a.heads, a.T), 128, 0, s, a.partial, a.heads, a.head_dim, nsplit, a.pos, a.out);
     }
 }
 

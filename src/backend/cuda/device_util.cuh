@@ -36,6 +36,26 @@ DF_DEV uint32_t ldg_u32(const uint8_t* p) { return __ldg(reinterpret_cast<const 
 DF_DEV uint2 ldg_u64(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 DF_DEV uint4 ldg_u128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
+// Programmatic dependent launch (launch.cuh). pdl_trigger: the next kernel in the stream may be
+// scheduled now (it still waits for this one before touching shared data). pdl_wait: blocks
+// until the previous kernel has completed and its writes are visible; a thread calls it before
+// its first access to memory that another kernel writes or reads. No-ops without a dependency.
+DF_DEV void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+DF_DEV void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Both, for kernels whose every access depends on the previous kernel.
+DF_DEV void pdl_begin() {
+    pdl_trigger();
+    pdl_wait();
+}
+
 DF_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 // Asynchronous global -> shared copies of N = 4, 8 or 16 bytes (both addresses N-aligned);

@@ -1,7 +1,24 @@
-// Block type -> kernels of its generated translation unit.
+// Block type -> kernels of its generated translation unit; the launch switch.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/kernels.h"
 
 namespace df::cuda {
+
+namespace {
+std::atomic<bool>& pdl_flag() {
+    static std::atomic<bool> on{[] {
+        const char* e = std::getenv("DF_CUDA_PDL");
+        return !(e && std::strcmp(e, "0") == 0);
+    }()};
+    return on;
+}
+}  // namespace
+
+bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed); }
+void set_pdl_enabled(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
 
 #define DF_X(name) extern const QuantOps kQuantOps_##name;
 #include "backend/cuda/quant_types.inc"

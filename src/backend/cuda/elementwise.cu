@@ -6,6 +6,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace df::cuda {
 namespace {
@@ -16,6 +17,7 @@ int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThread
 
 __global__ void kv_store_kernel(const float* k, const float* v, void* kc, void* vc, bool half_cache, int kv_dim,
                                 const int32_t* pos) {
+    pdl_begin();
     const int t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= kv_dim) return;
@@ -31,6 +33,7 @@ __global__ void kv_store_kernel(const float* k, const float* v, void* kc, void* 
 }
 
 __global__ void sigmoid_mul_kernel(float* x, int n, const float* gate, int width, int gate_stride, int gate_row) {
+    pdl_begin();
     const int t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -39,11 +42,13 @@ __global__ void sigmoid_mul_kernel(float* x, int n, const float* gate, int width
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+    pdl_begin();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
 
 __global__ void swiglu_kernel(float* g, const float* u, int64_t n) {
+    pdl_begin();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) g[i] = silu_f(g[i]) * u[i];
 }
@@ -52,6 +57,7 @@ __global__ void swiglu_kernel(float* g, const float* u, int64_t n) {
 // (ggml sums the taps in order, in float, each product rounded).
 template <int kTaps>
 __global__ void gdn_conv_kernel(float* x, int T, int C, const float* w, float* state) {
+    pdl_begin();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float win[kTaps], wc[kTaps];
@@ -85,6 +91,7 @@ DF_DEV unsigned long long argmax_key(float v, int i) {
 constexpr int kArgmaxPerThread = 16;
 
 __global__ void __launch_bounds__(kThreads) argmax_partial_kernel(const float* x, int n, unsigned long long* keys) {
+    pdl_begin();
     const float* r = x + static_cast<int64_t>(blockIdx.y) * n;
     const int begin = blockIdx.x * kThreads * kArgmaxPerThread;
     unsigned long long best = 0;
@@ -105,6 +112,7 @@ __global__ void __launch_bounds__(kThreads) argmax_partial_kernel(const float* x
 }
 
 __global__ void argmax_finish_kernel(const unsigned long long* keys, int T, int32_t* out) {
+    pdl_begin();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < T) out[t] = static_cast<int32_t>(~static_cast<uint32_t>(keys[t] & 0xFFFFFFFFu));
 }
@@ -114,40 +122,35 @@ __global__ void argmax_finish_kernel(const unsigned long long* keys, int T, int3
 void launch_kv_store(const float* k, const float* v, void* k_cache, void* v_cache, bool half_cache, int kv_dim,
                      int T, const int32_t* pos, cudaStream_t s) {
     if (T <= 0) return;
-    kv_store_kernel<<<dim3(blocks_for(kv_dim), T), kThreads, 0, s>>>(k, v, k_cache, v_cache, half_cache, kv_dim, pos);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(kv_store_kernel, dim3(blocks_for(kv_dim), T), kThreads, 0, s, k, v, k_cache, v_cache, half_cache, kv_dim, pos);
 }
 
 void launch_sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row, int T,
                         cudaStream_t s) {
     if (T <= 0) return;
-    sigmoid_mul_kernel<<<dim3(blocks_for(n), T), kThreads, 0, s>>>(x, n, gate, width, gate_stride, gate_row);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(sigmoid_mul_kernel, dim3(blocks_for(n), T), kThreads, 0, s, x, n, gate, width, gate_stride, gate_row);
 }
 
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
-    add_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, x, n);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(add_kernel, blocks_for(n), kThreads, 0, s, y, x, n);
 }
 
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
-    swiglu_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, n);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(swiglu_kernel, blocks_for(n), kThreads, 0, s, gate, up, n);
 }
 
 void launch_gdn_conv(float* x, int T, int channels, int taps, const float* w, float* conv_state, cudaStream_t s) {
     if (T <= 0) return;
     const int blocks = blocks_for(channels);
     switch (taps) {
-        case 2: gdn_conv_kernel<2><<<blocks, kThreads, 0, s>>>(x, T, channels, w, conv_state); break;
-        case 3: gdn_conv_kernel<3><<<blocks, kThreads, 0, s>>>(x, T, channels, w, conv_state); break;
-        case 4: gdn_conv_kernel<4><<<blocks, kThreads, 0, s>>>(x, T, channels, w, conv_state); break;
-        case 5: gdn_conv_kernel<5><<<blocks, kThreads, 0, s>>>(x, T, channels, w, conv_state); break;
+        case 2: launch(gdn_conv_kernel<2>, blocks, kThreads, 0, s, x, T, channels, w, conv_state); break;
+        case 3: launch(gdn_conv_kernel<3>, blocks, kThreads, 0, s, x, T, channels, w, conv_state); break;
+        case 4: launch(gdn_conv_kernel<4>, blocks, kThreads, 0, s, x, T, channels, w, conv_state); break;
+        case 5: launch(gdn_conv_kernel<5>, blocks, kThreads, 0, s, x, T, channels, w, conv_state); break;
         default: DF_CUDA_REQUIRE(false, "gdn_conv: conv kernel must have 2..5 taps");
     }
-    DF_CUDA_LAUNCH_CHECK();
 }
 
 void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long long* keys, int keys_cap,
@@ -156,11 +159,9 @@ void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long lon
         const int nt = std::min(keys_cap, T - t0);
         DF_CUDA_CHECK(cudaMemsetAsync(keys, 0, sizeof(unsigned long long) * nt, s));
         const int per_block = kThreads * kArgmaxPerThread;
-        argmax_partial_kernel<<<dim3((n + per_block - 1) / per_block, nt), kThreads, 0, s>>>(
+        launch(argmax_partial_kernel, dim3((n + per_block - 1) / per_block, nt), kThreads, 0, s,
             x + static_cast<int64_t>(t0) * n, n, keys);
-        DF_CUDA_LAUNCH_CHECK();
-        argmax_finish_kernel<<<(nt + 127) / 128, 128, 0, s>>>(keys, nt, out + t0);
-        DF_CUDA_LAUNCH_CHECK();
+        launch(argmax_finish_kernel, (nt + 127) / 128, 128, 0, s, keys, nt, out + t0);
     }
 }
 

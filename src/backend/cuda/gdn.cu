@@ -7,6 +7,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace df::cuda {
 namespace {
@@ -27,6 +28,7 @@ __device__ void l2_normalize(float (&x)[NPL], float eps) {
 
 template <int NPL>
 __global__ void __launch_bounds__(kGdnWarps * 32) gdn_delta_kernel(const GdnArgs a) {
+    pdl_begin();
     constexpr int D = 32 * NPL;
     const int j = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -86,16 +88,15 @@ void launch_gdn_delta(const GdnArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.v_heads % a.k_heads == 0, "gdn_delta: v_heads must be a multiple of k_heads");
     const dim3 grid(a.v_heads, (a.head_dim + kGdnWarps - 1) / kGdnWarps);
     switch (a.head_dim / 32) {
-        case 1: gdn_delta_kernel<1><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
-        case 2: gdn_delta_kernel<2><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
-        case 3: gdn_delta_kernel<3><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
-        case 4: gdn_delta_kernel<4><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
-        case 5: gdn_delta_kernel<5><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
-        case 6: gdn_delta_kernel<6><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
-        case 7: gdn_delta_kernel<7><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
-        case 8: gdn_delta_kernel<8><<<grid, kGdnWarps * 32, 0, s>>>(a); break;
+        case 1: launch(gdn_delta_kernel<1>, grid, kGdnWarps * 32, 0, s, a); break;
+        case 2: launch(gdn_delta_kernel<2>, grid, kGdnWarps * 32, 0, s, a); break;
+        case 3: launch(gdn_delta_kernel<3>, grid, kGdnWarps * 32, 0, s, a); break;
+        case 4: launch(gdn_delta_kernel<4>, grid, kGdnWarps * 32, 0, s, a); break;
+        case 5: launch(gdn_delta_kernel<5>, grid, kGdnWarps * 32, 0, s, a); break;
+        case 6: launch(gdn_delta_kernel<6>, grid, kGdnWarps * 32, 0, s, a); break;
+        case 7: launch(gdn_delta_kernel<7>, grid, kGdnWarps * 32, 0, s, a); break;
+        case 8: launch(gdn_delta_kernel<8>, grid, kGdnWarps * 32, 0, s, a); break;
     }
-    DF_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace df::cuda

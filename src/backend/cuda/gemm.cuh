@@ -13,6 +13,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_traits.cuh"
 
 namespace df::cuda {
@@ -79,6 +80,7 @@ DF_DEV void gemm_decode_groups(const typename Quant<TY>::Raw& raw, int i0, float
 
 template <Type TY, bool kSplit>
 __global__ void __launch_bounds__(kGemmThreads) gemm_kernel(const GemmArgs a) {
+    pdl_begin();
     using Q = Quant<TY>;
     extern __shared__ __align__(16) unsigned char gemm_smem[];
     __shared__ __align__(16) unsigned char tab_smem[table_smem_bytes<Q>()];
@@ -220,8 +222,7 @@ void gemm_launch_impl(const GemmArgs& a, cudaStream_t s) {
     }();
     (void)attr_set;
     const dim3 grid((a.w.rows + kGemmBM - 1) / kGemmBM, (a.T + kGemmBN - 1) / kGemmBN);
-    gemm_kernel<TY, kSplit><<<grid, kGemmThreads, smem, s>>>(a);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(gemm_kernel<TY, kSplit>, grid, kGemmThreads, smem, s, a);
 }
 
 template <Type TY>

@@ -28,6 +28,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_traits.cuh"
 
 namespace df::cuda {
@@ -585,6 +586,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
     constexpr int kPerRow = I::kBody / I::kCopy, kCopies = (16 * kPerRow + 31) / 32;
     extern __shared__ __align__(16) uint8_t smem[];
     auto& tabs = *reinterpret_cast<typename I::Tabs*>(smem);
+    pdl_trigger();  // pdl_wait() comes after the tables and the first weight stages are issued
     I::load_tabs(tabs, a.itables);
     cp_async_commit();
 
@@ -680,6 +682,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
         for (int m = 0; m < 8; ++m) b[m] = __ldg(xq + m * 32);
         e = (q >> 1) < a.T ? __ldg(a.xe + static_cast<size_t>(q >> 1) * upt + u) : 0.f;
     };
+    pdl_wait();  // activations, counters, partial sums and outputs from here
     if constexpr (NT == 1)
         if (cnt > 0) load_b(cu, bn, en);
 
@@ -760,8 +763,7 @@ void imma_launch_kernel(const ImmaArgs& a, cudaStream_t s) {
         DF_CUDA_CHECK(cudaFuncSetAttribute(imma_kernel<TY, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
-    imma_kernel<TY, NT, kPair><<<a.blocks, kImmaThreads, smem, s>>>(a);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(imma_kernel<TY, NT, kPair>, a.blocks, kImmaThreads, smem, s, a);
 }
 
 template <Type TY, int NT>

@@ -15,6 +15,11 @@ namespace df::cuda {
 struct GridTables;
 struct ImmaTables;
 
+// Programmatic dependent launch for every kernel (launch.cuh); on unless DF_CUDA_PDL=0. The
+// setter is for tests comparing both ways (call it between ops, not during a capture).
+bool pdl_enabled();
+void set_pdl_enabled(bool on);
+
 // ---- quantized weights (one translation unit per block type) ------------------------------
 
 // A weight matrix as the kernels see it (layout.h).

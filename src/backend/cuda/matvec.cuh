@@ -12,6 +12,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_traits.cuh"
 
 namespace df::cuda {
@@ -51,6 +52,7 @@ DF_DEV void group_barrier(int id, int threads) { asm volatile("bar.sync %0, %1;"
 // chunk is decoded, so every warp keeps weight bytes in flight while it computes.
 template <Type TY, int NT, bool kPair>
 __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) matvec_kernel(const MatvecArgs a) {
+    pdl_trigger();  // pdl_wait() comes after the weight-only prologue
     using Q = Quant<TY>;
     using Raw = typename Q::Raw;
     constexpr int R = matvec_rows<NT>();
@@ -196,6 +198,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             // padded by 4 floats so consecutive lanes hit distinct banks.
             extern __shared__ __align__(16) float xs[];
             constexpr int XS = Q::kUnit + 4;
+            pdl_wait();
             for (int rg0 = blockIdx.x * groups_per_block; rg0 < row_groups; rg0 += stride) {
                 const int my_rg = rg0 + gw;
                 const bool live = my_rg < row_groups;
@@ -248,6 +251,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     if constexpr (matvec_prefetch<TY, NT>()) {
         Raw nxt[U][R];
         if (rg < row_groups) load_chunk(cur, rg, 0);
+        pdl_wait();  // the first weights are in flight; activations and outputs from here
         while (rg < row_groups) {
             int nrg, nch;
             advance(nrg, nch);
@@ -262,6 +266,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                 for (int r = 0; r < R; ++r) cur[i][r] = nxt[i][r];
         }
     } else {
+        pdl_wait();
         while (rg < row_groups) {
             load_chunk(cur, rg, ch);
             consume_chunk(cur);
@@ -305,8 +310,7 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     constexpr int kOut = kPair ? matvec_rows<NT>() / 2 : matvec_rows<NT>();
     const int row_groups = (a.w.rows + kOut - 1) / kOut;
     const int blocks = std::min(resident, (row_groups + groups_per_block - 1) / groups_per_block);
-    matvec_kernel<TY, NT, kPair><<<blocks, kMatvecThreads, smem, s>>>(a);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(matvec_kernel<TY, NT, kPair>, blocks, kMatvecThreads, smem, s, a);
 }
 
 template <Type TY, int NT>
@@ -337,6 +341,7 @@ void matvec_launch(const MatvecArgs& a, cudaStream_t s) {
 
 template <Type TY>
 __global__ void __launch_bounds__(128) embed_kernel(const EmbedArgs a) {
+    pdl_begin();
     using Q = Quant<TY>;
     __shared__ __align__(16) unsigned char tab_smem[table_smem_bytes<Q>()];
     const GridTables* tab = stage_tables<Q>(reinterpret_cast<GridTables*>(tab_smem), a.tables);
@@ -369,8 +374,7 @@ void embed_launch(const EmbedArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.out) % 16 == 0, "embed: out must be 16-byte aligned");
     const int n_units = a.w.cols / Quant<TY>::kUnit;
     const dim3 grid((n_units + 127) / 128, a.T);
-    embed_kernel<TY><<<grid, 128, 0, s>>>(a);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(embed_kernel<TY>, grid, 128, 0, s, a);
 }
 
 }  // namespace df::cuda

@@ -5,6 +5,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace df::cuda {
 namespace {
@@ -48,6 +49,7 @@ __device__ void rmsnorm_row(const float* xr, const float* w, int n, float eps, f
 
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, int64_t xs, const float* w, int n,
                                                                float eps, float* out, int64_t os) {
+    pdl_begin();
     rmsnorm_row(x + blockIdx.x * xs, w, n, eps, out + blockIdx.x * os);
 }
 
@@ -56,6 +58,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, i
 // stored outputs (out may alias x).
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_quant_kernel(const float* x, int64_t xs, const float* w, int n,
                                                                      float eps, float* out, uint2* xq, float* xe) {
+    pdl_begin();
     const int row = blockIdx.x;
     float* o = out + static_cast<int64_t>(row) * n;
     rmsnorm_row(x + row * xs, w, n, eps, o);
@@ -73,6 +76,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_quant_kernel(const float
 __global__ void __launch_bounds__(128) head_norm_rope_kernel(float* x, int heads, int head_dim, int head_stride,
                                                              int row, const float* norm_w, float eps, int n_rot,
                                                              float theta_scale, const int32_t* pos) {
+    pdl_begin();
     const int h = blockIdx.x, t = blockIdx.y;
     float* v = x + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_stride;
     __shared__ float buf[512];
@@ -108,6 +112,7 @@ __global__ void __launch_bounds__(128) head_norm_rope_kernel(float* x, int heads
 
 __global__ void __launch_bounds__(128) gated_rmsnorm_kernel(const float* x, const float* z, const float* w, int n,
                                                             float eps, float* out) {
+    pdl_begin();
     const int64_t r = blockIdx.x;
     const float* xr = x + r * n;
     const float* zr = z + r * n;
@@ -132,16 +137,14 @@ __global__ void __launch_bounds__(128) gated_rmsnorm_kernel(const float* x, cons
 void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
                     int64_t out_stride, cudaStream_t s) {
     if (rows <= 0) return;
-    rmsnorm_kernel<<<rows, kNormThreads, 0, s>>>(x, x_stride, w, n, eps, out, out_stride);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(rmsnorm_kernel, rows, kNormThreads, 0, s, x, x_stride, w, n, eps, out, out_stride);
 }
 
 void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
                           uint2* xq, float* xe, cudaStream_t s) {
     if (rows <= 0) return;
     DF_CUDA_REQUIRE(rows <= 8 && n % 256 == 0, "rmsnorm_quant: at most 8 rows, n a multiple of 256");
-    rmsnorm_quant_kernel<<<rows, kNormThreads, 0, s>>>(x, x_stride, w, n, eps, out, xq, xe);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(rmsnorm_quant_kernel, rows, kNormThreads, 0, s, x, x_stride, w, n, eps, out, xq, xe);
 }
 
 void launch_head_norm_rope(float* x, int T, int heads, int head_dim, int head_stride, int row, const float* norm_w,
@@ -149,17 +152,15 @@ void launch_head_norm_rope(float* x, int T, int heads, int head_dim, int head_st
     if (T <= 0) return;
     DF_CUDA_REQUIRE(head_dim <= 512, "head_norm_rope: head_dim above 512");
     DF_CUDA_REQUIRE(n_rot <= head_dim && n_rot % 2 == 0, "head_norm_rope: n_rot must be even and <= head_dim");
-    head_norm_rope_kernel<<<dim3(heads, T), 128, 0, s>>>(x, heads, head_dim, head_stride, row, norm_w, eps, n_rot,
+    launch(head_norm_rope_kernel, dim3(heads, T), 128, 0, s, x, heads, head_dim, head_stride, row, norm_w, eps, n_rot,
                                                         theta_scale, pos);
-    DF_CUDA_LAUNCH_CHECK();
 }
 
 void launch_gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
                           float* out, cudaStream_t s) {
     if (T <= 0) return;
     DF_CUDA_REQUIRE(n <= 1024, "gated_rmsnorm: head size above 1024");
-    gated_rmsnorm_kernel<<<T * heads, 128, 0, s>>>(x, z, w, n, eps, out);
-    DF_CUDA_LAUNCH_CHECK();
+    launch(gated_rmsnorm_kernel, T * heads, 128, 0, s, x, z, w, n, eps, out);
 }
 
 }  // namespace df::cuda
