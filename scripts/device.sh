@@ -4,7 +4,8 @@
 #   scripts/device.sh pack            here: build test_cuda + diskformer (sm_90) and pack them,
 #                                     with the extra golden models, into .carry/ (ignored)
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
-#        phases: info tests golden eval bench-kernels profile bench-models (comma separated)
+#        phases: info tests golden eval bench-kernels profile bench-models step-profile
+#                (comma separated; step-profile: ncu time of each kernel of one decode step)
 #
 # The device has CUDA 13 but no build dependencies (fmt, CLI11, gtest, ...): binaries are built
 # on this machine and carried (about 16 MB compressed). Logs go to $OUT (the device tool fetches it).
@@ -103,6 +104,16 @@ PY
             grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/ncu_$i.txt" | sort -k3 -gr | head -n 8
             grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Stall|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|One or More|Executed Ipc" "$out/ncu_$i.txt" | head -n 30
             i=$((i + 1))
+        done
+        ;; esac
+    case ",$phases," in *,step-profile,*)
+        echo "== one decode step, kernel by kernel (ncu, serialized: the sum excludes launch gaps)"
+        echo '[1, 2, 3, 4, 5, 6, 7, 8]' > /tmp/step_tokens.json
+        for p in qwen3-4b-q8_0 saluki-27b-iq2mix; do
+            [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+            ncu --metrics gpu__time_duration.sum --csv $D eval -m "/tmp/$p.gguf" --backend cuda \
+                --tokens /tmp/step_tokens.json --greedy 3 --ids-out /tmp/step_ids.json > "$out/step_$p.csv" 2>/dev/null
+            python3 scripts/step_profile.py "$out/step_$p.csv" | tee "$out/step_$p.txt"
         done
         ;; esac
     case ",$phases," in *,bench-models,*)

@@ -1,6 +1,7 @@
 // CUDA dense ops against the CPU backend on random inputs of awkward sizes.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "cuda_test_util.h"
 
@@ -12,8 +13,12 @@ TEST(CudaOps, RmsNormStridedAliasedAndUnweighted) {
     Backend& cpu = *cpu_backend();
     Backend& gpu = *gpu_backend();
     auto g = test_rng();
-    for (int n : {1, 37, 256, 5120}) {
-        const int rows = 5, xs = n + 3, os = n + 7;
+    // 256-multiples up to 16384 take the register kernel (16-byte aligned rows when pad is 4, and
+    // two units per warp above 8192), the others the general one.
+    const std::pair<int, int> cases[] = {{1, 3}, {37, 3}, {256, 3}, {5120, 3}, {2560, 4}, {16384, 4}, {16640, 4}};
+    for (const auto& [n, pad] : cases) {
+        SCOPED_TRACE(n);
+        const int rows = 5, xs = n + pad, os = n + pad + 4;
         const auto x = randn(g, static_cast<size_t>(rows) * xs, 3.f);
         const auto w = randn(g, n);
         Buf<float> xc(cpu, x), xg(gpu, x), wc(cpu, w), wg(gpu, w);

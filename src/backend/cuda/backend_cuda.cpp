@@ -344,7 +344,8 @@ void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight,
                           float* out, int64_t out_stride) {
     op_start();
     // Decode: the imma matvecs that read `out` next find it converted already.
-    if (imma_ && n_rows >= 1 && n_rows <= 8 && n % 256 == 0 && n <= xq_cols_ && out_stride == n) {
+    if (imma_ && n_rows >= 1 && n_rows <= 8 && n % 256 == 0 && n <= xq_cols_ && n <= kRmsnormQuantMaxCols &&
+        out_stride == n) {
         launch_rmsnorm_quant(x, x_stride, weight, n_rows, n, eps, out, xq_, xe_, stream_);
         xq_src_ = out;
         xq_T_ = n_rows;

@@ -108,8 +108,9 @@ const QuantOps* quant_ops(quant::Type t);
 void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps,
                     float* out, int64_t out_stride, cudaStream_t s);
 
-// launch_rmsnorm for rows <= 8 (out contiguous, n a multiple of 256) that also writes the rows
-// as launch_act_quant would.
+// launch_rmsnorm for rows <= 8 (out contiguous, n a multiple of 256 up to kRmsnormQuantMaxCols)
+// that also writes the rows as launch_act_quant would.
+constexpr int kRmsnormQuantMaxCols = 16384;
 void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
                           uint2* xq, float* xe, cudaStream_t s);
 

@@ -11,10 +11,13 @@ namespace df::cuda {
 namespace {
 
 constexpr int kNormThreads = 256;
+constexpr int kMaxWarps = 32;
+constexpr int kUnitsPerWarp = 2;  // the register path takes rows of up to 32 * 2 * 256 values
+static_assert(kMaxWarps * kUnitsPerWarp * 256 == kRmsnormQuantMaxCols);
 
-// Sum over the block of per-thread doubles; every thread gets the total.
+// Sum over the block (at most 32 warps) of per-thread doubles; every thread gets the total.
 __device__ double block_sum(double v) {
-    __shared__ double part[kNormThreads / 32];
+    __shared__ double part[kMaxWarps];
     __shared__ double total;
     v = warp_sum(v);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -36,8 +39,12 @@ __device__ float rms_scale(double sumsq, int n, float eps) {
     return 1.0f / sqrtf(mean + eps);
 }
 
-// One row by the whole block (out may alias x).
-__device__ void rmsnorm_row(const float* xr, const float* w, int n, float eps, float* o) {
+// Any row length: one row by the whole block (out may alias x).
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, int64_t xs, const float* w, int n,
+                                                               float eps, float* out, int64_t os) {
+    pdl_begin();
+    const float* xr = x + blockIdx.x * xs;
+    float* o = out + blockIdx.x * os;
     double s = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(__fmul_rn(xr[i], xr[i]));
     const float scale = rms_scale(block_sum(s), n, eps);
@@ -47,29 +54,88 @@ __device__ void rmsnorm_row(const float* xr, const float* w, int n, float eps, f
     }
 }
 
-__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, int64_t xs, const float* w, int n,
-                                                               float eps, float* out, int64_t os) {
-    pdl_begin();
-    rmsnorm_row(x + blockIdx.x * xs, w, n, eps, out + blockIdx.x * os);
+template <bool kVec>
+DF_DEV void load8(const float* p, float (&v)[8]) {
+    if constexpr (kVec) {
+        const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = p[j];
+    }
 }
 
-// RMSNorm of up to 8 rows that also writes the rows in the imma activation format (the matvecs
-// that read them then skip their own conversion): a warp per 256-column unit reads back the
-// stored outputs (out may alias x).
-__global__ void __launch_bounds__(kNormThreads) rmsnorm_quant_kernel(const float* x, int64_t xs, const float* w, int n,
-                                                                     float eps, float* out, uint2* xq, float* xe) {
-    pdl_begin();
-    const int row = blockIdx.x;
-    float* o = out + static_cast<int64_t>(row) * n;
-    rmsnorm_row(x + row * xs, w, n, eps, o);
-    __syncthreads();
-    const int lane = threadIdx.x & 31, n_units = n / 256;
-    for (int u = threadIdx.x >> 5; u < n_units; u += kNormThreads / 32) {
-        float v[8];
+template <bool kVec>
+DF_DEV void store8(float* p, const float (&v)[8]) {
+    if constexpr (kVec) {
+        reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = o[u * 256 + 8 * lane + j];
-        act_quant_unit(v, row, u, n_units, n / 32, xq, xe, lane);
+        for (int j = 0; j < 8; ++j) p[j] = v[j];
     }
+}
+
+// Rows of a multiple of 256 values (at most kUnitsPerWarp units per warp): a warp per 256-value
+// unit, 8 consecutive values per lane, all held in registers, so every load of the row is in
+// flight at once; the norm weights are loaded before waiting for the previous kernel. The
+// products and the double sum are those of rmsnorm_kernel (only the summation order differs).
+// With xq set, the outputs are also written in the imma activation format (act_quant.cuh) from
+// the same registers. out may alias x. kVec: 16-byte aligned rows, strides and weights.
+template <bool kVec>
+__global__ void __launch_bounds__(32 * kMaxWarps) rmsnorm_units_kernel(const float* x, int64_t xs, const float* w, int n,
+                                                                       float eps, float* out, int64_t os, uint2* xq,
+                                                                       float* xe) {
+    pdl_trigger();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int units = n / 256, row = blockIdx.x;
+    float wv[kUnitsPerWarp][8];
+#pragma unroll
+    for (int k = 0; k < kUnitsPerWarp; ++k) {
+        const int u = warp + k * warps;
+        if (w && u < units) load8<kVec>(w + u * 256 + 8 * lane, wv[k]);
+    }
+    pdl_wait();
+    const float* xr = x + row * xs;
+    float v[kUnitsPerWarp][8];
+    double s = 0;
+#pragma unroll
+    for (int k = 0; k < kUnitsPerWarp; ++k) {
+        const int u = warp + k * warps;
+        if (u >= units) continue;
+        load8<kVec>(xr + u * 256 + 8 * lane, v[k]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s += static_cast<double>(__fmul_rn(v[k][j], v[k][j]));
+    }
+    const float scale = rms_scale(block_sum(s), n, eps);
+    float* o = out + row * os;
+#pragma unroll
+    for (int k = 0; k < kUnitsPerWarp; ++k) {
+        const int u = warp + k * warps;
+        if (u >= units) continue;
+        float y[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            y[j] = __fmul_rn(v[k][j], scale);
+            if (w) y[j] = __fmul_rn(y[j], wv[k][j]);
+        }
+        store8<kVec>(o + u * 256 + 8 * lane, y);
+        if (xq) act_quant_unit(y, row, u, units, n / 32, xq, xe, lane);
+    }
+}
+
+bool rmsnorm_by_units(int n) { return n % 256 == 0 && n / 256 <= kMaxWarps * kUnitsPerWarp; }
+
+void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, float eps, float* out, int64_t os,
+                   uint2* xq, float* xe, cudaStream_t s) {
+    const int units = n / 256;
+    const int warps = units <= kMaxWarps ? units : (units + 1) / 2;
+    auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vec = al(x) && al(out) && (!w || al(w)) && xs % 4 == 0 && os % 4 == 0;
+    if (vec)
+        launch(rmsnorm_units_kernel<true>, rows, 32 * warps, 0, s, x, xs, w, n, eps, out, os, xq, xe);
+    else
+        launch(rmsnorm_units_kernel<false>, rows, 32 * warps, 0, s, x, xs, w, n, eps, out, os, xq, xe);
 }
 
 // One block per (head, token); head_dim <= 2 * blockDim.
@@ -137,14 +203,17 @@ __global__ void __launch_bounds__(128) gated_rmsnorm_kernel(const float* x, cons
 void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
                     int64_t out_stride, cudaStream_t s) {
     if (rows <= 0) return;
-    launch(rmsnorm_kernel, rows, kNormThreads, 0, s, x, x_stride, w, n, eps, out, out_stride);
+    if (rmsnorm_by_units(n))
+        rmsnorm_units(x, x_stride, w, rows, n, eps, out, out_stride, nullptr, nullptr, s);
+    else
+        launch(rmsnorm_kernel, rows, kNormThreads, 0, s, x, x_stride, w, n, eps, out, out_stride);
 }
 
 void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
                           uint2* xq, float* xe, cudaStream_t s) {
     if (rows <= 0) return;
-    DF_CUDA_REQUIRE(rows <= 8 && n % 256 == 0, "rmsnorm_quant: at most 8 rows, n a multiple of 256");
-    launch(rmsnorm_quant_kernel, rows, kNormThreads, 0, s, x, x_stride, w, n, eps, out, xq, xe);
+    DF_CUDA_REQUIRE(rows <= 8 && rmsnorm_by_units(n), "rmsnorm_quant: at most 8 rows, n a multiple of 256 up to kRmsnormQuantMaxCols");
+    rmsnorm_units(x, x_stride, w, rows, n, eps, out, n, xq, xe, s);
 }
 
 void launch_head_norm_rope(float* x, int T, int heads, int head_dim, int head_stride, int row, const float* norm_w,
