@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "cuda_test_util.h"
+#include "quant/dequant.h"
 
 namespace df::test {
 namespace {
@@ -74,6 +75,72 @@ TEST(CudaOps, HeadNormRopeGatedLayoutLargePositions) {
         float maxabs = 0;
         for (float v : ref) maxabs = std::max(maxabs, std::fabs(v));
         EXPECT_TRUE(all_close(xg.get(), ref, tol_rel(ref, 8 * kEps, 8 * kEps * maxabs)));
+    }
+}
+
+// An attention layer's q and k head_norm_rope calls and its kv_store, which the CUDA backend
+// launches as one kernel, against the CPU backend's three ops.
+TEST(CudaOps, HeadNormRopeOfQAndKWithKvStoreFused) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    struct Case { int heads, kv_heads, head_dim, n_rot, T, pos0; KvType kt; bool gated; };
+    for (const Case c : {Case{8, 2, 128, 64, 3, 0, KvType::f16, true}, Case{6, 6, 256, 256, 1, 5000, KvType::f32, false},
+                         Case{5, 1, 64, 32, 9, 17, KvType::f16, false}}) {
+        SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " T " + std::to_string(c.T));
+        const int D = c.head_dim, kv_dim = c.kv_heads * D, ctx = c.pos0 + c.T;
+        const int q_stride = c.gated ? 2 * D : D, q_row = c.heads * q_stride;
+        const size_t elem = c.kt == KvType::f16 ? 2 : 4;
+        const auto q = randn(g, static_cast<size_t>(c.T) * q_row, 2.f), k = randn(g, static_cast<size_t>(c.T) * kv_dim, 2.f);
+        const auto v = randn(g, static_cast<size_t>(c.T) * kv_dim), qw = randn(g, D), kw = randn(g, D);
+        std::vector<int32_t> pos(c.T);
+        for (int t = 0; t < c.T; ++t) pos[t] = c.pos0 + t;
+        Buf<float> qc(cpu, q), qg(gpu, q), kc(cpu, k), kg(gpu, k), vc(cpu, v), vg(gpu, v);
+        Buf<float> qwc(cpu, qw), qwg(gpu, qw), kwc(cpu, kw), kwg(gpu, kw);
+        Buf<int32_t> pc(cpu, pos), pg(gpu, pos);
+        Buf<uint8_t> kcc(cpu, elem * ctx * kv_dim, MemKind::kv), vcc(cpu, elem * ctx * kv_dim, MemKind::kv);
+        Buf<uint8_t> kcg(gpu, elem * ctx * kv_dim, MemKind::kv), vcg(gpu, elem * ctx * kv_dim, MemKind::kv);
+        Step sc, sg;
+        sc.T = sg.T = c.T;
+        sc.pos = pc.p();
+        sg.pos = pg.p();
+        const RopeShape rope{c.n_rot, 1e6f};
+        for (Backend* be : {&cpu, &gpu}) {
+            const bool on_gpu = be == &gpu;
+            const Step& s = on_gpu ? sg : sc;
+            be->head_norm_rope(on_gpu ? qg.p() : qc.p(), c.heads, D, q_stride, q_row, on_gpu ? qwg.p() : qwc.p(), 1e-6f, rope, s);
+            be->head_norm_rope(on_gpu ? kg.p() : kc.p(), c.kv_heads, D, D, kv_dim, on_gpu ? kwg.p() : kwc.p(), 1e-6f, rope, s);
+            be->kv_store(on_gpu ? kg.p() : kc.p(), on_gpu ? vg.p() : vc.p(), on_gpu ? kcg.p() : kcc.p(),
+                         on_gpu ? vcg.p() : vcc.p(), c.kt, kv_dim, s);
+        }
+        // cos/sin of the same f32 angle may differ by an ulp or two between libm and CUDA.
+        auto close = [](const std::vector<float>& got, const std::vector<float>& ref) {
+            float maxabs = 0;
+            for (float x : ref) maxabs = std::max(maxabs, std::fabs(x));
+            return all_close(got, ref, tol_rel(ref, 8 * kEps, 8 * kEps * maxabs));
+        };
+        EXPECT_TRUE(close(qg.get(), qc.get())) << "q";
+        EXPECT_TRUE(close(kg.get(), kc.get())) << "k";
+        // The caches hold the rotated k (an f16 rounding may flip with an ulp of k) and v as stored.
+        auto as_f32 = [&](const std::vector<uint8_t>& b) {
+            std::vector<float> f(b.size() / elem);
+            for (size_t i = 0; i < f.size(); ++i) {
+                if (c.kt == KvType::f16) {
+                    uint16_t h;
+                    std::memcpy(&h, b.data() + 2 * i, 2);
+                    f[i] = quant::f16_to_f32(h);
+                } else {
+                    std::memcpy(&f[i], b.data() + 4 * i, 4);
+                }
+            }
+            return f;
+        };
+        const auto kref = as_f32(kcc.get()), kgot = as_f32(kcg.get());
+        float maxabs = 0;
+        for (float x : kref) maxabs = std::max(maxabs, std::fabs(x));
+        EXPECT_TRUE(all_close(kgot, kref, tol_rel(kref, 2e-3f, 8 * kEps * maxabs))) << "k cache";
+        EXPECT_TRUE(vcc.get() == vcg.get()) << "v cache";
     }
 }
 

@@ -367,6 +367,17 @@ void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, boo
 }
 
 void CudaBackend::flush() {
+    flush_prep();
+    flush_matmuls();
+}
+
+void CudaBackend::flush_prep() {
+    if (prep_.sets == 0) return;
+    launch_attn_prep(prep_, stream_);
+    prep_ = {};
+}
+
+void CudaBackend::flush_matmuls() {
     if (pending_.empty()) return;
     // Matmuls sharing the activations share their conversion (before the fork).
     bool quantize = false;
@@ -449,16 +460,45 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
 
 void CudaBackend::head_norm_rope(float* x, int heads, int head_dim, int head_stride, int row, const float* norm_w,
                                  float eps, const RopeShape& rope, const Step& s) {
-    op_start();
+    flush_matmuls();
+    xq_src_ = nullptr;
+    if (s.T <= 0) return;
     // The same host expression as the CPU backend, so both start from the same f32 ratio.
     const float theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));
-    launch_head_norm_rope(x, s.T, heads, head_dim, head_stride, row, norm_w, eps, rope.n_rot, theta_scale, s.pos,
-                          stream_);
+    const auto end = [&](const float* p, int r) { return p + static_cast<int64_t>(s.T) * r; };
+    const HeadSet& q = prep_.set[0];
+    const bool joins = prep_.sets == 1 && !prep_.k_cache && prep_.T == s.T && prep_.pos == s.pos &&
+                       prep_.head_dim == head_dim && prep_.n_rot == rope.n_rot && prep_.eps == eps &&
+                       prep_.theta_scale == theta_scale && (end(x, row) <= q.x || end(q.x, q.row) <= x);
+    if (!joins) {
+        flush_prep();
+        prep_.T = s.T;
+        prep_.pos = s.pos;
+        prep_.head_dim = head_dim;
+        prep_.n_rot = rope.n_rot;
+        prep_.eps = eps;
+        prep_.theta_scale = theta_scale;
+    }
+    prep_.set[prep_.sets++] = HeadSet{x, heads, head_stride, row, norm_w};
 }
 
 void CudaBackend::kv_store(const float* k, const float* v, void* k_cache, void* v_cache, KvType kt, int kv_dim,
                            const Step& s) {
-    op_start();
+    flush_matmuls();
+    xq_src_ = nullptr;
+    if (prep_.sets > 0 && prep_.T == s.T && prep_.pos == s.pos) {
+        const HeadSet& last = prep_.set[prep_.sets - 1];
+        if (last.x == k && last.heads * prep_.head_dim == kv_dim && last.head_stride == prep_.head_dim &&
+            last.row == kv_dim) {
+            prep_.v = v;
+            prep_.k_cache = k_cache;
+            prep_.v_cache = v_cache;
+            prep_.half_cache = kt == KvType::f16;
+            flush_prep();
+            return;
+        }
+    }
+    flush_prep();
     launch_kv_store(k, v, k_cache, v_cache, kt == KvType::f16, kv_dim, s.T, s.pos, stream_);
 }
 

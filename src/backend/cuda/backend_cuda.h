@@ -68,7 +68,7 @@ public:
     void set_split_gemm(bool split) { split_gemm_ = split; }
     // Whether a T-token matmul of w runs on the integer tensor cores (imma.cuh); for tests.
     bool matvec_on_tensor_cores(const Weight& w, int T) const { return use_imma(w, T); }
-    // Launches the held-back matmuls (every op and memory call does this first).
+    // Launches the held-back matmuls and attention prep (every op and memory call does this first).
     void flush();
     cudaStream_t stream() const { return stream_; }
 
@@ -82,6 +82,10 @@ private:
         bool accumulate;
     };
     void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s);
+    void flush_matmuls();
+    // The q and k head_norm_rope calls of an attention layer and the kv_store after them are
+    // held back and launched as one kernel (launch_attn_prep); any other op launches them first.
+    void flush_prep();
     // Integer tensor-core matvec (imma.cuh): used for T <= 8 where the type has a decoder.
     bool imma_type(quant::Type t) const;
     bool use_imma(const Weight& w, int T) const;
@@ -130,6 +134,8 @@ private:
     std::vector<PendingMatmul> pending_;
     const float* pending_x_ = nullptr;
     int pending_T_ = 0;
+
+    AttnPrepArgs prep_{};  // held back while prep_.sets > 0
 
     std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
     bool capturing_ = false;

@@ -114,10 +114,27 @@ constexpr int kRmsnormQuantMaxCols = 16384;
 void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
                           uint2* xq, float* xe, cudaStream_t s);
 
-// See Backend::head_norm_rope; theta_scale = powf(base, -2/n_rot) computed on the host.
-void launch_head_norm_rope(float* x, int T, int heads, int head_dim, int head_stride, int row,
-                           const float* norm_w, float eps, int n_rot, float theta_scale,
-                           const int32_t* pos, cudaStream_t s);
+// Backend::head_norm_rope of one or two head sets (q and k) that share head_dim and RoPE, in one
+// launch; with k_cache set, the last set is k (heads * head_dim = kv_dim values per token,
+// contiguous) and, once normed and rotated, it and v are stored as Backend::kv_store would.
+// theta_scale = powf(base, -2/n_rot) computed on the host.
+struct HeadSet {
+    float* x = nullptr;
+    int heads = 0, head_stride = 0, row = 0;
+    const float* norm_w = nullptr;
+};
+struct AttnPrepArgs {
+    HeadSet set[2];
+    int sets = 0;
+    int T = 0, head_dim = 0, n_rot = 0;
+    float eps = 0.f, theta_scale = 0.f;
+    const int32_t* pos = nullptr;
+    const float* v = nullptr;
+    void* k_cache = nullptr;
+    void* v_cache = nullptr;
+    bool half_cache = false;
+};
+void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s);
 
 // See Backend::kv_store (f16 when half_cache).
 void launch_kv_store(const float* k, const float* v, void* k_cache, void* v_cache, bool half_cache,

@@ -1,6 +1,8 @@
-// RMSNorm, per-head norm + NeoX RoPE, gated RMSNorm. Sums of squares in double and products
+// RMSNorm, per-head norm + NeoX RoPE (with the KV store fused in), gated RMSNorm. Sums of squares in double and products
 // rounded one at a time (no fused multiply-add) so results match the CPU reference to the
 // last bit where the summation order allows.
+#include <cuda_fp16.h>
+
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
@@ -138,13 +140,41 @@ void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, 
         launch(rmsnorm_units_kernel<false>, rows, 32 * warps, 0, s, x, xs, w, n, eps, out, os, xq, xe);
 }
 
-// One block per (head, token); head_dim <= 2 * blockDim.
-__global__ void __launch_bounds__(128) head_norm_rope_kernel(float* x, int heads, int head_dim, int head_stride,
-                                                             int row, const float* norm_w, float eps, int n_rot,
-                                                             float theta_scale, const int32_t* pos) {
+// One block per (head, token) of the one or two head sets; head_dim <= 512.
+__global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a) {
     pdl_begin();
-    const int h = blockIdx.x, t = blockIdx.y;
+    const int t = blockIdx.y, first = blockIdx.x >= a.set[0].heads;
+    const int h = first ? blockIdx.x - a.set[0].heads : blockIdx.x;
+    // Field by field: indexing the parameter struct with a runtime value would copy it to local memory.
+    float* const x = first ? a.set[1].x : a.set[0].x;
+    const int head_stride = first ? a.set[1].head_stride : a.set[0].head_stride;
+    const int row = first ? a.set[1].row : a.set[0].row;
+    const float* const norm_w = first ? a.set[1].norm_w : a.set[0].norm_w;
+    const int head_dim = a.head_dim;
     float* v = x + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_stride;
+
+    // The KV store of this head (the k set only): after the norm and rotation, from the values
+    // written to x; v's head is copied alongside.
+    const bool store = a.k_cache && first == a.sets - 1;
+    const int64_t cache_at = store ? static_cast<int64_t>(a.pos[t]) * row + static_cast<int64_t>(h) * head_dim : 0;
+    auto put = [&](int i, float val) {
+        v[i] = val;
+        if (!store) return;
+        if (a.half_cache)
+            static_cast<__half*>(a.k_cache)[cache_at + i] = __float2half_rn(val);
+        else
+            static_cast<float*>(a.k_cache)[cache_at + i] = val;
+    };
+    if (store) {
+        const float* vs = a.v + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_dim;
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+            if (a.half_cache)
+                static_cast<__half*>(a.v_cache)[cache_at + i] = __float2half_rn(vs[i]);
+            else
+                static_cast<float*>(a.v_cache)[cache_at + i] = vs[i];
+        }
+    }
+
     __shared__ float buf[512];
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = v[i];
     __syncthreads();
@@ -156,22 +186,22 @@ __global__ void __launch_bounds__(128) head_norm_rope_kernel(float* x, int heads
         if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
         __syncthreads();
         const double tot = part[0] + part[1] + part[2] + part[3];
-        const float scale = rms_scale(tot, head_dim, eps);
+        const float scale = rms_scale(tot, head_dim, a.eps);
         for (int i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = __fmul_rn(__fmul_rn(buf[i], scale), norm_w[i]);
         __syncthreads();
     }
-    const int half = n_rot / 2;
+    const int half = a.n_rot / 2;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
         if (i < half) {
             // ggml's rope cache: theta_i by i repeated f32 multiplications from the position.
-            float theta = static_cast<float>(pos[t]);
-            for (int k = 0; k < i; ++k) theta *= theta_scale;
+            float theta = static_cast<float>(a.pos[t]);
+            for (int k = 0; k < i; ++k) theta *= a.theta_scale;
             const float c = cosf(theta), sn = sinf(theta);
             const float x0 = buf[i], x1 = buf[i + half];
-            v[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-            v[i + half] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
-        } else if (i >= n_rot) {
-            v[i] = buf[i];
+            put(i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)));
+            put(i + half, __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c)));
+        } else if (i >= a.n_rot) {
+            put(i, buf[i]);
         }
     }
 }
@@ -216,13 +246,15 @@ void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int 
     rmsnorm_units(x, x_stride, w, rows, n, eps, out, n, xq, xe, s);
 }
 
-void launch_head_norm_rope(float* x, int T, int heads, int head_dim, int head_stride, int row, const float* norm_w,
-                           float eps, int n_rot, float theta_scale, const int32_t* pos, cudaStream_t s) {
-    if (T <= 0) return;
-    DF_CUDA_REQUIRE(head_dim <= 512, "head_norm_rope: head_dim above 512");
-    DF_CUDA_REQUIRE(n_rot <= head_dim && n_rot % 2 == 0, "head_norm_rope: n_rot must be even and <= head_dim");
-    launch(head_norm_rope_kernel, dim3(heads, T), 128, 0, s, x, heads, head_dim, head_stride, row, norm_w, eps, n_rot,
-                                                        theta_scale, pos);
+void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s) {
+    if (a.T <= 0 || a.sets == 0) return;
+    DF_CUDA_REQUIRE(a.sets <= 2, "attn_prep: at most two head sets");
+    DF_CUDA_REQUIRE(a.head_dim <= 512, "attn_prep: head_dim above 512");
+    DF_CUDA_REQUIRE(a.n_rot <= a.head_dim && a.n_rot % 2 == 0, "attn_prep: n_rot must be even and <= head_dim");
+    const HeadSet& k = a.set[a.sets - 1];
+    DF_CUDA_REQUIRE(!a.k_cache || (k.head_stride == a.head_dim && k.row == k.heads * a.head_dim),
+                    "attn_prep: the stored set must be contiguous heads");
+    launch(attn_prep_kernel, dim3(a.set[0].heads + (a.sets > 1 ? a.set[1].heads : 0), a.T), 128, 0, s, a);
 }
 
 void launch_gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
