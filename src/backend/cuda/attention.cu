@@ -1,4 +1,5 @@
-// Causal GQA attention over the KV cache: flash decoding.
+// Causal GQA attention over the KV cache: flash decoding for up to 8 tokens (prefill chunks
+// of 64, 128 or 256-wide heads go to the tensor-core kernel of attention_prefill.cu).
 //
 // Grid (split, kv head x head chunk, token). A block takes up to 8 query heads that share one
 // KV head (so each K/V row read serves all of them) and one contiguous range of that token's keys
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -189,175 +191,12 @@ __global__ void attn_combine_kernel(const float* partial, int heads, int D, int 
     }
 }
 
-
-// ---- prefill: a tile of queries shares each K/V tile through shared memory -------------------
-//
-// Block = 8 warps over 32 query rows (row = token x query head of one KV head); each warp owns 4
-// rows. Per tile of 32 keys: lane j scores key j against the warp's 4 rows (q broadcast from
-// shared memory), the warp runs the online softmax, then every lane accumulates its head_dim/32
-// output dims over the 32 keys. K/V rows are read once per block instead of once per query.
-constexpr int kPfRows = 32, kPfWarps = 8, kPfRowsPerWarp = kPfRows / kPfWarps, kPfKeys = 32;
-
-template <int DPL>
-constexpr size_t prefill_smem_bytes() {
-    constexpr int D = 32 * DPL;
-    return sizeof(float) * (kPfRows * D + kPfKeys * (D + 4) + kPfKeys * D + kPfWarps * kPfRowsPerWarp * kPfKeys) +
-           sizeof(int) * (kPfRows + 1);
-}
-
-template <int DPL, bool kHalf>
-__global__ void __launch_bounds__(kPfWarps * 32) attn_prefill_kernel(const AttnArgs a, int group) {
-    pdl_begin();
-    constexpr int D = 32 * DPL, KS = D + 4;
-    extern __shared__ __align__(16) float pf_smem[];
-    float* qs = pf_smem;                 // [kPfRows][D]
-    float* ks = qs + kPfRows * D;        // [kPfKeys][D + 4]
-    float* vs = ks + kPfKeys * KS;       // [kPfKeys][D]
-    float* ps = vs + kPfKeys * D;        // [warp][row][key]
-    int* row_pos = reinterpret_cast<int*>(ps + kPfWarps * kPfRowsPerWarp * kPfKeys);  // [kPfRows], then max
-
-    const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
-    const int kvh = blockIdx.y / chunks;
-    const int h0 = kvh * ratio + (blockIdx.y % chunks) * group;
-    const int tok_per_block = kPfRows / group;
-    const int t0 = blockIdx.x * tok_per_block;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-
-    // Rows: r -> token t0 + r / group, head h0 + r % group; rows past the tile or T are idle.
-    auto row_token = [&](int r) { return t0 + r / group; };
-    auto row_ok = [&](int r) { return r < tok_per_block * group && row_token(r) < a.T; };
-    for (int i = threadIdx.x; i < kPfRows * D; i += blockDim.x) {
-        const int r = i / D, d = i % D;
-        qs[i] = row_ok(r) ? a.q[static_cast<int64_t>(row_token(r)) * a.q_row + static_cast<int64_t>(h0 + r % group) * a.q_stride + d]
-                          : 0.f;
-    }
-    if (threadIdx.x < kPfRows) row_pos[threadIdx.x] = row_ok(threadIdx.x) ? a.pos[row_token(threadIdx.x)] : -1;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int mx = -1;
-        for (int r = 0; r < kPfRows; ++r) mx = max(mx, row_pos[r]);
-        row_pos[kPfRows] = mx;
-    }
-    __syncthreads();
-    const int n_keys = row_pos[kPfRows] + 1;
-
-    float m[kPfRowsPerWarp], l[kPfRowsPerWarp], o[kPfRowsPerWarp][DPL];
-    int my_pos[kPfRowsPerWarp];
-#pragma unroll
-    for (int rr = 0; rr < kPfRowsPerWarp; ++rr) {
-        m[rr] = -INFINITY;
-        l[rr] = 0.f;
-        my_pos[rr] = row_pos[warp * kPfRowsPerWarp + rr];
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) o[rr][e] = 0.f;
-    }
-    const int64_t kv_row = static_cast<int64_t>(a.kv_heads) * D;
-    for (int k0 = 0; k0 < n_keys; k0 += kPfKeys) {
-        __syncthreads();
-        // K/V tile -> shared memory as f32 (keys past n_keys as zeros).
-        for (int i = threadIdx.x; i < kPfKeys * D / 4; i += blockDim.x) {
-            const int j = i / (D / 4), d = (i % (D / 4)) * 4;
-            float4 kv4 = make_float4(0.f, 0.f, 0.f, 0.f), vv4 = kv4;
-            if (k0 + j < n_keys) {
-                const int64_t off = (k0 + j) * kv_row + static_cast<int64_t>(kvh) * D + d;
-                float kr[4], vr[4];
-                load_row<4, kHalf>(a.k_cache, off, kr);
-                load_row<4, kHalf>(a.v_cache, off, vr);
-                kv4 = make_float4(kr[0], kr[1], kr[2], kr[3]);
-                vv4 = make_float4(vr[0], vr[1], vr[2], vr[3]);
-            }
-            *reinterpret_cast<float4*>(ks + j * KS + d) = kv4;
-            *reinterpret_cast<float4*>(vs + j * D + d) = vv4;
-        }
-        __syncthreads();
-        // Scores: lane = key.
-        float sc[kPfRowsPerWarp];
-#pragma unroll
-        for (int rr = 0; rr < kPfRowsPerWarp; ++rr) sc[rr] = 0.f;
-        const float* kr = ks + lane * KS;
-        const float* q0 = qs + warp * kPfRowsPerWarp * D;
-#pragma unroll 4
-        for (int d = 0; d < D; d += 4) {
-            const float4 k4 = *reinterpret_cast<const float4*>(kr + d);
-#pragma unroll
-            for (int rr = 0; rr < kPfRowsPerWarp; ++rr) {
-                const float4 q4 = *reinterpret_cast<const float4*>(q0 + rr * D + d);
-                sc[rr] = fmaf(q4.x, k4.x, sc[rr]);
-                sc[rr] = fmaf(q4.y, k4.y, sc[rr]);
-                sc[rr] = fmaf(q4.z, k4.z, sc[rr]);
-                sc[rr] = fmaf(q4.w, k4.w, sc[rr]);
-            }
-        }
-        float* pw = ps + warp * kPfRowsPerWarp * kPfKeys;
-#pragma unroll
-        for (int rr = 0; rr < kPfRowsPerWarp; ++rr) {
-            const bool live = k0 + lane <= my_pos[rr];
-            const float s = live ? sc[rr] * a.scale : -INFINITY;
-            const float mn = fmaxf(m[rr], warp_max(s));
-            float p = 0.f, corr = 1.f;
-            if (mn != -INFINITY) {  // rows of idle slots see no live key at all
-                p = live ? expf(s - mn) : 0.f;
-                corr = expf(m[rr] - mn);
-                m[rr] = mn;
-            }
-            l[rr] = l[rr] * corr + warp_sum(p);
-#pragma unroll
-            for (int e = 0; e < DPL; ++e) o[rr][e] *= corr;
-            pw[rr * kPfKeys + lane] = p;
-        }
-        __syncwarp();
-        for (int j = 0; j < kPfKeys; ++j) {
-            float vr[DPL];
-#pragma unroll
-            for (int e = 0; e < DPL; ++e) vr[e] = vs[j * D + lane * DPL + e];
-#pragma unroll
-            for (int rr = 0; rr < kPfRowsPerWarp; ++rr) {
-                const float p = pw[rr * kPfKeys + j];
-#pragma unroll
-                for (int e = 0; e < DPL; ++e) o[rr][e] = fmaf(p, vr[e], o[rr][e]);
-            }
-        }
-        __syncwarp();
-    }
-#pragma unroll
-    for (int rr = 0; rr < kPfRowsPerWarp; ++rr) {
-        const int r = warp * kPfRowsPerWarp + rr;
-        if (!row_ok(r)) continue;
-        float* op = a.out + (static_cast<int64_t>(row_token(r)) * a.heads + h0 + r % group) * D + lane * DPL;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) op[e] = o[rr][e] / l[rr];
-    }
-}
-
 template <int DPL>
 void attn_dispatch(const AttnArgs& a, dim3 grid, int group, int nsplit, cudaStream_t s) {
     if (a.half_cache)
         launch(attn_kernel<DPL, true>, grid, kAttnWarps * 32, 0, s, a, group, nsplit);
     else
         launch(attn_kernel<DPL, false>, grid, kAttnWarps * 32, 0, s, a, group, nsplit);
-}
-
-template <int DPL, bool kHalf>
-void prefill_launch(const AttnArgs& a, int group, cudaStream_t s) {
-    constexpr size_t smem = prefill_smem_bytes<DPL>();
-    static const bool attr = [] {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<DPL, kHalf>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
-        return true;
-    }();
-    (void)attr;
-    const int tok_per_block = kPfRows / group;
-    const int ratio = a.heads / a.kv_heads;
-    const dim3 grid((a.T + tok_per_block - 1) / tok_per_block, a.kv_heads * (ratio / group));
-    launch(attn_prefill_kernel<DPL, kHalf>, grid, kPfWarps * 32, smem, s, a, group);
-}
-
-template <int DPL>
-void prefill_dispatch(const AttnArgs& a, int group, cudaStream_t s) {
-    if (a.half_cache)
-        prefill_launch<DPL, true>(a, group, s);
-    else
-        prefill_launch<DPL, false>(a, group, s);
 }
 
 }  // namespace
@@ -375,13 +214,8 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
             group = g;
             break;
         }
-    if (a.T > kMaxDecodeTokens && (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256)) {
-        if (a.head_dim == 64)
-            prefill_dispatch<2>(a, group, s);
-        else if (a.head_dim == 128)
-            prefill_dispatch<4>(a, group, s);
-        else
-            prefill_dispatch<8>(a, group, s);
+    if (a.T > kMaxDecodeTokens && attention_prefill_supported(a.head_dim)) {
+        launch_attention_prefill(a, group, s);
         return;
     }
     // Enough blocks to cover the GPU twice, bounded by the scratch for partial results. The
