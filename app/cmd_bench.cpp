@@ -118,6 +118,8 @@ void run(const BenchArgs& a) {
         floor_source = "none: pass --bw GB/s for " + info.backend;
     }
     const int threads = a.model.threads > 0 ? a.model.threads : static_cast<int>(std::thread::hardware_concurrency());
+    // Weights held by the backend over the load time (file to memory; on CUDA, through pinned buffers).
+    const double load_gb_s = info.load_ms > 0 ? static_cast<double>(last.weight_bytes) / (info.load_ms * 1e6) : 0;
 
     if (a.json) {
         nlohmann::json j = {
@@ -128,6 +130,7 @@ void run(const BenchArgs& a) {
             {"threads", threads},
             {"reps", a.reps},
             {"load_ms", info.load_ms},
+            {"load_gb_s", load_gb_s},
             {"prefill", prefill},
             {"decode",
              {{"tokens", a.n_gen},
@@ -154,7 +157,7 @@ void run(const BenchArgs& a) {
     std::printf("model    %s (%s, %s, %d layers, vocab %d)\n", a.model.path.c_str(), info.name.c_str(),
                 info.arch.c_str(), info.n_layer, info.n_vocab);
     std::printf("backend  %s, %d threads, %d reps (median [min, max])\n", info.backend.c_str(), threads, a.reps);
-    std::printf("load     %.0f ms\n", info.load_ms);
+    std::printf("load     %.0f ms (%.2f GB/s of weights)\n", info.load_ms, load_gb_s);
     for (size_t i = 0; i < a.prompts.size(); ++i) {
         const auto& sp = prefill_spreads[i];
         std::printf("prefill  %5d tokens  %9.1f tok/s  [%.1f, %.1f]\n", a.prompts[i], sp.median, sp.min, sp.max);

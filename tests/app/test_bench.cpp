@@ -48,6 +48,7 @@ TEST(Bench, JsonReportOnTinySynth) {
     EXPECT_EQ(j.at("backend"), "cpu");
     EXPECT_EQ(j.at("model"), model);
     EXPECT_GT(j.at("load_ms").get<double>(), 0);
+    EXPECT_GT(j.at("load_gb_s").get<double>(), 0);
     ASSERT_EQ(j.at("prefill").size(), 1u);
     const auto& pf = j.at("prefill")[0];
     EXPECT_EQ(pf.at("tokens"), 16);
