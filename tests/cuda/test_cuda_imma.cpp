@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -112,6 +113,39 @@ TEST(CudaActQuant, FusedIntoRmsnormIsBitIdentical) {
             EXPECT_EQ(0, std::memcmp(a1.data(), a2.data(), a1.size() * 4));
             EXPECT_EQ(0, std::memcmp(b1.data(), b2.data(), b1.size()));
             EXPECT_EQ(0, std::memcmp(f1.data(), f2.data(), static_cast<size_t>(T) * (n / kUnit) * 4));
+        }
+    }
+}
+
+TEST(CudaActQuant, FusedIntoGatedRmsnormConvertsItsOutput) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    auto g = test_rng();
+    for (const auto& [heads, n] : {std::pair{12, 64}, std::pair{48, 128}, std::pair{3, 256}}) {
+        for (const int T : {1, 3, 8}) {
+            SCOPED_TRACE("heads " + std::to_string(heads) + " n " + std::to_string(n) + " T " + std::to_string(T));
+            const int cols = heads * n;
+            ASSERT_TRUE(cuda::gated_rmsnorm_quant_fits(nullptr, nullptr, nullptr, T, heads, n));
+            const auto x = randn(g, static_cast<size_t>(T) * cols, 2.f), z = randn(g, static_cast<size_t>(T) * cols);
+            const auto w = randn(g, n);
+            Buf<float> xb(gpu, x), zb(gpu, z), wb(gpu, w), o1(gpu, x.size()), o2(gpu, x.size());
+            Buf<uint8_t> q1(gpu, cuda::act_quant_xq_bytes(cols)), q2(gpu, cuda::act_quant_xq_bytes(cols));
+            Buf<float> e1(gpu, 8 * static_cast<size_t>(cols / kUnit)), e2(gpu, 8 * static_cast<size_t>(cols / kUnit));
+            q1.set(std::vector<uint8_t>(q1.size(), 0));
+            q2.set(std::vector<uint8_t>(q2.size(), 0));
+            cuda::launch_gated_rmsnorm_quant(xb.p(), zb.p(), wb.p(), T, heads, n, 1e-6f, o1.p(),
+                                             reinterpret_cast<uint2*>(q1.p()), e1.p(), cuda.stream());
+            cuda::launch_gated_rmsnorm(xb.p(), zb.p(), wb.p(), T, heads, n, 1e-6f, o2.p(), cuda.stream());
+            cuda::launch_act_quant(o1.p(), T, cols, reinterpret_cast<uint2*>(q2.p()), e2.p(), cuda.stream());
+            // The norm equals the plain kernel's up to the order of its sum of squares ...
+            const auto ref = o2.get();
+            EXPECT_TRUE(all_close(o1.get(), ref, tol_rel(ref, 4 * kEps, 1e-30f)));
+            // ... and the conversion is exactly launch_act_quant's of the written output.
+            const auto b1 = q1.get(), b2 = q2.get();
+            const auto f1 = e1.get(), f2 = e2.get();
+            EXPECT_EQ(0, std::memcmp(b1.data(), b2.data(), b1.size()));
+            EXPECT_EQ(0, std::memcmp(f1.data(), f2.data(), static_cast<size_t>(T) * (cols / kUnit) * 4));
         }
     }
 }

@@ -557,6 +557,15 @@ void CudaBackend::gdn_delta(const float* qkv, const float* alpha, const float* b
 void CudaBackend::gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
                                 float* out) {
     op_start();
+    // Decode: the imma matvec that reads `out` next (ssm_out) finds it converted already.
+    const int cols = heads * n;
+    if (imma_ && gated_rmsnorm_quant_fits(x, z, out, T, heads, n) && cols <= xq_cols_) {
+        launch_gated_rmsnorm_quant(x, z, w, T, heads, n, eps, out, xq_, xe_, stream_);
+        xq_src_ = out;
+        xq_T_ = T;
+        xq_n_ = cols;
+        return;
+    }
     launch_gated_rmsnorm(x, z, w, T, heads, n, eps, out, stream_);
 }
 

@@ -178,6 +178,12 @@ void launch_gdn_delta(const GdnArgs& a, cudaStream_t s);
 
 void launch_gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n,
                           float eps, float* out, cudaStream_t s);
+// launch_gated_rmsnorm (up to its summation order) that also writes the rows as launch_act_quant
+// would, where gated_rmsnorm_quant_fits: T <= 8, n = 64, 128 or 256, heads * n a multiple of
+// 256; x, z and out 16-byte aligned (out may alias x).
+bool gated_rmsnorm_quant_fits(const float* x, const float* z, const float* out, int T, int heads, int n);
+void launch_gated_rmsnorm_quant(const float* x, const float* z, const float* w, int T, int heads, int n,
+                                float eps, float* out, uint2* xq, float* xe, cudaStream_t s);
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t s);
 // keys: scratch of keys_cap 64-bit words (rows are processed keys_cap at a time).
 void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long long* keys, int keys_cap,

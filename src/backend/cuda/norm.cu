@@ -228,7 +228,55 @@ __global__ void __launch_bounds__(128) gated_rmsnorm_kernel(const float* x, cons
         o[i] = __fmul_rn(__fmul_rn(__fmul_rn(buf[i], scale), w[i]), silu_f(zr[i]));
 }
 
+// launch_gated_rmsnorm for T <= 8 tokens of heads of N = 64, 128 or 256 values that also writes
+// the imma activation format: a warp per 256-value unit (256 / N heads), 8 values per lane, the
+// head's sum of squares over its N / 8 lanes. The norm weights are loaded before the PDL wait.
+template <int N>
+__global__ void __launch_bounds__(128) gated_rmsnorm_quant_kernel(const float* x, const float* z, const float* w,
+                                                                  int units, float eps, float* out, uint2* xq,
+                                                                  float* xe) {
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, unit = blockIdx.x * 4 + (threadIdx.x >> 5), tok = blockIdx.y;
+    if (unit >= units) return;
+    float wv[8];
+    load8<false>(w + (8 * lane) % N, wv);
+    pdl_wait();
+    const int64_t at = (static_cast<int64_t>(tok) * units + unit) * 256 + 8 * lane;
+    float v[8], zv[8];
+    load8<true>(x + at, v);
+    load8<true>(z + at, zv);
+    double sq = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sq += static_cast<double>(__fmul_rn(v[j], v[j]));
+#pragma unroll
+    for (int o = 1; o < N / 8; o <<= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    const float scale = rms_scale(sq, N, eps);
+    float y[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = __fmul_rn(__fmul_rn(__fmul_rn(v[j], scale), wv[j]), silu_f(zv[j]));
+    store8<true>(out + at, y);
+    act_quant_unit(y, tok, unit, units, units * 8, xq, xe, lane);
+}
+
 }  // namespace
+
+bool gated_rmsnorm_quant_fits(const float* x, const float* z, const float* out, int T, int heads, int n) {
+    auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return T >= 1 && T <= 8 && (n == 64 || n == 128 || n == 256) && (static_cast<int64_t>(heads) * n) % 256 == 0 &&
+           al(x) && al(z) && al(out);
+}
+
+void launch_gated_rmsnorm_quant(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
+                                float* out, uint2* xq, float* xe, cudaStream_t s) {
+    DF_CUDA_REQUIRE(gated_rmsnorm_quant_fits(x, z, out, T, heads, n), "gated_rmsnorm_quant: shape or alignment not supported");
+    const int units = heads * n / 256;
+    const dim3 grid((units + 3) / 4, T);
+    switch (n) {
+        case 64: launch(gated_rmsnorm_quant_kernel<64>, grid, 128, 0, s, x, z, w, units, eps, out, xq, xe); break;
+        case 128: launch(gated_rmsnorm_quant_kernel<128>, grid, 128, 0, s, x, z, w, units, eps, out, xq, xe); break;
+        default: launch(gated_rmsnorm_quant_kernel<256>, grid, 128, 0, s, x, z, w, units, eps, out, xq, xe); break;
+    }
+}
 
 void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
                     int64_t out_stride, cudaStream_t s) {
