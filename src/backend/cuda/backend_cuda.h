@@ -120,9 +120,10 @@ private:
     float* imma_partial_ = nullptr;     // stream-K partial sums, one region per stream
     unsigned* imma_counters_ = nullptr; // stream-K tile counters, imma_tiles_ per stream
     int imma_tiles_ = 0;
-    // Types kept on the f32 matvec (DF_CUDA_IMMA_SKIP overrides): Q8_0's imma kernel is slower
-    // than its f32 one at T = 1 for now (bench/RESULTS.md).
-    std::string imma_skip_ = "Q8_0";
+    // Types kept on the f32 matvec (DF_CUDA_IMMA_SKIP overrides): Q8_0's and Q6_K's imma kernels
+    // are slower than their f32 ones at T = 1 (faster at T = 8, which speculative verify will
+    // want; a type takes one path for every T). src/backend/cuda/NOTES.md has the numbers.
+    std::string imma_skip_ = "Q8_0,Q6_K";
 
     mutable std::mutex mem_mu_;
     std::unordered_map<void*, std::pair<size_t, MemKind>> allocs_;
