@@ -153,7 +153,8 @@ TEST(CudaOps, KvStoreAndAttention) {
     for (const Case c : {Case{4, 1, 256, 1, 0, KvType::f32, true}, Case{32, 8, 128, 1, 4000, KvType::f16, false},
                          Case{24, 4, 256, 3, 999, KvType::f32, true}, Case{32, 8, 128, 8, 37, KvType::f32, false},
                          Case{6, 6, 128, 9, 0, KvType::f16, false}, Case{24, 4, 256, 257, 0, KvType::f32, true},
-                         Case{16, 2, 64, 255, 300, KvType::f16, false}, Case{24, 4, 256, 1, 8191, KvType::f16, true}}) {
+                         Case{16, 2, 64, 255, 300, KvType::f16, false}, Case{24, 4, 256, 1, 8191, KvType::f16, true},
+                         Case{12, 4, 96, 20, 70, KvType::f16, false}, Case{4, 2, 160, 13, 0, KvType::f32, true}}) {
         SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " dim " +
                      std::to_string(c.head_dim) + " T " + std::to_string(c.T) + " pos0 " + std::to_string(c.pos0) +
                      (c.kt == KvType::f16 ? " f16" : " f32"));

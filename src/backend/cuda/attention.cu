@@ -214,8 +214,21 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
             group = g;
             break;
         }
-    if (a.T > kMaxDecodeTokens && attention_prefill_supported(a.head_dim)) {
-        launch_attention_prefill(a, group, s);
+    if (a.T > kMaxDecodeTokens) {
+        if (attention_prefill_supported(a.head_dim)) {
+            launch_attention_prefill(a, group, s);
+            return;
+        }
+        // Other head dims: slices of up to 8 tokens through the split kernel below, whose
+        // scratch for partial results holds 8 tokens.
+        for (int t0 = 0; t0 < a.T; t0 += kMaxDecodeTokens) {
+            AttnArgs b = a;
+            b.T = std::min(kMaxDecodeTokens, a.T - t0);
+            b.q = a.q + static_cast<int64_t>(t0) * a.q_row;
+            b.pos = a.pos + t0;
+            b.out = a.out + static_cast<int64_t>(t0) * a.heads * a.head_dim;
+            launch_attention(b, s);
+        }
         return;
     }
     // Enough blocks to cover the GPU twice, bounded by the scratch for partial results. The
