@@ -25,10 +25,11 @@ constexpr int kAttnWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per block
 constexpr int kMaxDecodeTokens = 8;  // up to this T: split flash decoding; above: the prefill kernel
 
-// Splits a context of n_kv keys actually uses: at least 64 keys each (a short context does not
-// pay for 30 nearly empty blocks and a combine), at most the launched nsplit. A function of the
-// position only, so decode steps and verify passes split a token's keys the same way.
-DF_DEV int splits_used(int n_kv, int nsplit) { return min(nsplit, (n_kv + 63) / 64); }
+// Splits a context of n_kv keys actually uses: at least split_keys keys each (a short context
+// does not pay for 30 nearly empty blocks and a combine), at most the launched nsplit. A
+// function of the position only, so decode steps and verify passes split a token's keys the
+// same way.
+DF_DEV int splits_used(int n_kv, int nsplit, int split_keys) { return min(nsplit, (n_kv + split_keys - 1) / split_keys); }
 
 template <int DPL, bool kHalf>
 DF_DEV void load_row(const void* base, int64_t idx, float (&v)[DPL]) {
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
     const int n_kv = a.pos[t] + 1;
-    const int used = splits_used(n_kv, nsplit);
+    const int used = splits_used(n_kv, nsplit, a.split_keys);
     if (split >= used) return;
     const int per = (n_kv + used - 1) / used;
     const int k_begin = split * per, k_end = min(n_kv, k_begin + per);
@@ -171,10 +172,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
 }
 
 // out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
-__global__ void attn_combine_kernel(const float* partial, int heads, int D, int nsplit, const int32_t* pos, float* out) {
+__global__ void attn_combine_kernel(const float* partial, int heads, int D, int nsplit, int split_keys,
+                                    const int32_t* pos, float* out) {
     pdl_begin();
     const int h = blockIdx.x, t = blockIdx.y;
-    const int used = splits_used(pos[t] + 1, nsplit);
+    const int used = splits_used(pos[t] + 1, nsplit, split_keys);
     if (used == 1) return;  // the attention kernel wrote the result
     const float* pp = partial + (static_cast<int64_t>(t) * heads + h) * nsplit * (D + 2);
     float M = -INFINITY;
@@ -205,6 +207,7 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
     if (a.T <= 0) return;
     DF_CUDA_REQUIRE(a.head_dim % 32 == 0 && a.head_dim <= 256, "attention: head_dim must be 32, 64, ..., 256");
     DF_CUDA_REQUIRE(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "attention: heads must be a multiple of kv_heads");
+    DF_CUDA_REQUIRE(a.split_keys >= 1, "attention: split_keys must be positive");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0,
                     "attention: caches must be 16-byte aligned");
     const int ratio = a.heads / a.kv_heads;
@@ -250,7 +253,8 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
         case 8: attn_dispatch<8>(a, grid, group, nsplit, s); break;
     }
     if (nsplit > 1) {
-        launch(attn_combine_kernel, dim3(a.heads, a.T), 128, 0, s, a.partial, a.heads, a.head_dim, nsplit, a.pos, a.out);
+        launch(attn_combine_kernel, dim3(a.heads, a.T), 128, 0, s, a.partial, a.heads, a.head_dim, nsplit, a.split_keys, a.pos,
+               a.out);
     }
 }
 

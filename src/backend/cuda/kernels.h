@@ -153,6 +153,7 @@ struct AttnArgs {
     float* partial = nullptr;      // scratch for split partial results
     size_t partial_floats = 0;     // its capacity
     int sm_count = 132;
+    int split_keys = 64;           // decode: keys per split at least (DF_CUDA_ATTN_SPLIT_KEYS)
 };
 // Causal GQA attention (Backend::attention): flash decoding with the key range of each query
 // split across blocks (the split is decided on the device from pos, so graphs replay).
