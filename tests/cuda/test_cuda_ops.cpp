@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
 #include "quant/dequant.h"
 
@@ -144,17 +145,18 @@ TEST(CudaOps, HeadNormRopeOfQAndKWithKvStoreFused) {
     }
 }
 
-TEST(CudaOps, KvStoreAndAttention) {
-    DF_REQUIRE_CUDA();
+struct AttnCase {
+    int heads, kv_heads, head_dim, T, pos0;
+    KvType kt;
+    bool gated;
+};
+
+// Stores pos0 earlier rows and then T rows on both backends (the caches must agree byte for
+// byte), runs attention for the T tokens at pos0.. on both and compares.
+void check_kv_store_and_attention(const AttnCase& c, std::mt19937_64& g) {
     Backend& cpu = *cpu_backend();
     Backend& gpu = *gpu_backend();
-    auto g = test_rng();
-    struct Case { int heads, kv_heads, head_dim, T, pos0; KvType kt; bool gated; };
-    for (const Case c : {Case{4, 1, 256, 1, 0, KvType::f32, true}, Case{32, 8, 128, 1, 4000, KvType::f16, false},
-                         Case{24, 4, 256, 3, 999, KvType::f32, true}, Case{32, 8, 128, 8, 37, KvType::f32, false},
-                         Case{6, 6, 128, 9, 0, KvType::f16, false}, Case{24, 4, 256, 257, 0, KvType::f32, true},
-                         Case{16, 2, 64, 255, 300, KvType::f16, false}, Case{24, 4, 256, 1, 8191, KvType::f16, true},
-                         Case{12, 4, 96, 20, 70, KvType::f16, false}, Case{4, 2, 160, 13, 0, KvType::f32, true}}) {
+    {
         SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " dim " +
                      std::to_string(c.head_dim) + " T " + std::to_string(c.T) + " pos0 " + std::to_string(c.pos0) +
                      (c.kt == KvType::f16 ? " f16" : " f32"));
@@ -201,6 +203,35 @@ TEST(CudaOps, KvStoreAndAttention) {
         const auto ref = oc.get();
         EXPECT_TRUE(all_close(og.get(), ref, tol_rel(ref, 0.f, 2e-5f * std::sqrt(static_cast<float>(D)))));
     }
+}
+
+TEST(CudaOps, KvStoreAndAttention) {
+    DF_REQUIRE_CUDA();
+    auto g = test_rng();
+    using C = AttnCase;
+    for (const C c : {C{4, 1, 256, 1, 0, KvType::f32, true}, C{32, 8, 128, 1, 4000, KvType::f16, false},
+                      C{24, 4, 256, 3, 999, KvType::f32, true}, C{32, 8, 128, 8, 37, KvType::f32, false},
+                      C{6, 6, 128, 9, 0, KvType::f16, false}, C{24, 4, 256, 257, 0, KvType::f32, true},
+                      C{16, 2, 64, 255, 300, KvType::f16, false}, C{24, 4, 256, 1, 8191, KvType::f16, true},
+                      C{12, 4, 96, 20, 70, KvType::f16, false}, C{4, 2, 160, 13, 0, KvType::f32, true}})
+        check_kv_store_and_attention(c, g);
+}
+
+// Decode contexts cut into splits of at least 1..64 keys: short and odd lengths around the split
+// boundaries, where a split formula could leave a split empty or a key uncovered.
+TEST(CudaOps, DecodeAttentionSplits) {
+    DF_REQUIRE_CUDA();
+    auto g = test_rng();
+    const int saved = cuda::attn_split_keys();
+    for (int keys : {1, 3, 16, 64}) {
+        cuda::set_attn_split_keys(keys);
+        SCOPED_TRACE("split_keys " + std::to_string(keys));
+        for (int pos0 : {0, 1, 14, 15, 16, 17, 47, 63, 65, 129, 1000, 2049}) {
+            check_kv_store_and_attention({32, 8, 128, 1, pos0, KvType::f16, false}, g);
+            check_kv_store_and_attention({4, 1, 256, 3, pos0, KvType::f32, true}, g);
+        }
+    }
+    cuda::set_attn_split_keys(saved);
 }
 
 // Verify passes (T <= 8) give every token exactly its one-token attention result.

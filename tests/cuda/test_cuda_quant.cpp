@@ -62,7 +62,9 @@ struct MatmulCase {
     int rows, cols;
 };
 
-void check_matmul(Type t, int rows, int cols, const std::vector<int>& Ts, bool accumulate, bool split = true) {
+// x_scale[t] multiplies token t's random activations (tokens past its end: 1).
+void check_matmul(Type t, int rows, int cols, const std::vector<int>& Ts, bool accumulate, bool split = true,
+                  bool expect_exact_f16 = false, const std::vector<float>& x_scale = {}) {
     Backend& cpu = *cpu_backend();
     Backend& gpu = *gpu_backend();
     auto g = test_rng();
@@ -76,8 +78,13 @@ void check_matmul(Type t, int rows, int cols, const std::vector<int>& Ts, bool a
     for (int T : Ts) {
         SCOPED_TRACE(type_str(t) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " T " +
                      std::to_string(T) + (accumulate ? " accumulate" : "") + (split ? "" : " bf16"));
-        const auto x = randn(g, static_cast<size_t>(T) * cols);
+        auto x = randn(g, static_cast<size_t>(T) * cols);
+        for (size_t i = 0; i < x_scale.size() && i < static_cast<size_t>(T); ++i)
+            for (int c = 0; c < cols; ++c) x[i * cols + c] *= x_scale[i];
         const auto y0 = randn(g, static_cast<size_t>(T) * rows);
+        if (expect_exact_f16) {
+            EXPECT_TRUE(cuda->gemm_on_exact_f16(wg, T)) << "not on the exact-f16 GEMM";
+        }
         Buf<float> xc(cpu, x), xg(gpu, x), oc(cpu, static_cast<size_t>(T) * rows), og(gpu, static_cast<size_t>(T) * rows);
         if (accumulate) {
             oc.set(y0);
@@ -127,6 +134,25 @@ TEST(CudaMatmulShapes, ShortRowsAndKTails) {
     check_matmul(Type::Q8_0, 1, 2560, {1, 4, 17}, false);
     check_matmul(Type::IQ2_XXS, 300, 5120, {1, 8, 64}, false);
     check_matmul(Type::Q4_K, 131, 2560, {1, 3, 200}, true);
+}
+
+// The exact-f16 GEMM (gemm_q.cuh): several row and token blocks, row and token tails, K split
+// into ranges (small grids), accumulation.
+TEST(CudaMatmulShapes, ExactF16GemmTilesAndSplits) {
+    DF_REQUIRE_CUDA();
+    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S}) {
+        check_matmul(t, 300, 2560, {9, 130, 300}, false, true, true);
+        check_matmul(t, 131, 1536, {257}, true, true, true);
+    }
+    check_matmul(Type::Q8_0, 1000, 4096, {512}, true, true, true);
+}
+
+// Its per-token power-of-two scaling: tokens of zeros, of tiny and of huge activations, next to
+// ordinary ones (each token's error is relative to its own magnitude).
+TEST(CudaMatmulShapes, ExactF16GemmActivationRanges) {
+    DF_REQUIRE_CUDA();
+    const std::vector<float> scale = {0.f, 1e-30f, 1e25f, 1.f, 3e-6f, 1e-38f, 65504.f, 1e4f, 0.5f, 1e-20f};
+    for (Type t : {Type::Q8_0, Type::IQ2_XXS}) check_matmul(t, 70, 512, {10, 40}, false, true, true, scale);
 }
 
 TEST(CudaMatmulShapes, FastBf16GemmBound) {

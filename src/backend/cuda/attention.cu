@@ -25,11 +25,17 @@ constexpr int kAttnWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per block
 constexpr int kMaxDecodeTokens = 8;  // up to this T: split flash decoding; above: the prefill kernel
 
-// Splits a context of n_kv keys actually uses: at least split_keys keys each (a short context
-// does not pay for 30 nearly empty blocks and a combine), at most the launched nsplit. A
-// function of the position only, so decode steps and verify passes split a token's keys the
-// same way.
-DF_DEV int splits_used(int n_kv, int nsplit, int split_keys) { return min(nsplit, (n_kv + split_keys - 1) / split_keys); }
+// How a context of n_kv keys is split: pieces of `per` keys, at least split_keys (a short context
+// does not pay for many nearly empty blocks and a combine) and few enough that `used` <= the
+// launched nsplit. Every used split is non-empty: (used - 1) * per < n_kv. A function of the
+// position only, so decode steps and verify passes split a token's keys the same way.
+struct KeySplit {
+    int per, used;
+};
+DF_DEV KeySplit key_split(int n_kv, int nsplit, int split_keys) {
+    const int per = max(split_keys, (n_kv + nsplit - 1) / nsplit);
+    return {per, (n_kv + per - 1) / per};
+}
 
 template <int DPL, bool kHalf>
 DF_DEV void load_row(const void* base, int64_t idx, float (&v)[DPL]) {
@@ -85,9 +91,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
     const int n_kv = a.pos[t] + 1;
-    const int used = splits_used(n_kv, nsplit, a.split_keys);
+    const auto [per, used] = key_split(n_kv, nsplit, a.split_keys);
     if (split >= used) return;
-    const int per = (n_kv + used - 1) / used;
     const int k_begin = split * per, k_end = min(n_kv, k_begin + per);
 
     float qv[kMaxGroup][DPL];
@@ -176,7 +181,7 @@ __global__ void attn_combine_kernel(const float* partial, int heads, int D, int 
                                     const int32_t* pos, float* out) {
     pdl_begin();
     const int h = blockIdx.x, t = blockIdx.y;
-    const int used = splits_used(pos[t] + 1, nsplit, split_keys);
+    const int used = key_split(pos[t] + 1, nsplit, split_keys).used;
     if (used == 1) return;  // the attention kernel wrote the result
     const float* pp = partial + (static_cast<int64_t>(t) * heads + h) * nsplit * (D + 2);
     float M = -INFINITY;

@@ -21,6 +21,9 @@ constexpr size_t kStagingBytes = size_t{64} << 20;
 // Split attention partials: (head_dim + 2) floats per (token, head, split); 32 MB covers decode
 // and verify with 64 splits at 128 heads, and a few splits for prefill chunks.
 constexpr size_t kAttnPartialBytes = size_t{32} << 20;
+// Split-K partial sums of the exact-f16 GEMM: a wave of 2 blocks per SM on 132 SMs, 128 x 128
+// outputs each, fits with room (larger splits are capped to it).
+constexpr int64_t kQGemmPartialFloats = int64_t{9} << 20;
 constexpr int kArgmaxKeys = 1 << 16;
 
 const char* kind_name(MemKind k) {
@@ -84,6 +87,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* g = std::getenv("DF_CUDA_GEMM")) split_gemm_ = std::string(g) != "bf16";
     if (const char* m = std::getenv("DF_CUDA_MATVEC")) imma_ = std::string(m) != "f32";
     if (const char* m = std::getenv("DF_CUDA_IMMA_SKIP")) imma_skip_ = m;  // block type names, for A/B runs
+    if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
     synchronize();
 }
 
@@ -355,8 +359,56 @@ void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight,
     launch_rmsnorm(x, x_stride, weight, n_rows, n, eps, out, out_stride, stream_);
 }
 
+bool CudaBackend::use_qgemm(const Weight& w, int T) const {
+    const QuantOps* ops = quant_ops(w.type);
+    if (!qgemm_ || T <= 8 || !ops || !ops->qgemm.launch || w.cols % ops->qgemm.unit != 0) return false;
+    return !capturing_ || (T <= qg_T_ && static_cast<size_t>(2) * T * w.cols <= qg_x_halves_);
+}
+
+void CudaBackend::reserve_qgemm(int T, int64_t cols) {
+    const size_t halves = static_cast<size_t>(2) * T * cols;
+    if (halves > qg_x_halves_) {
+        release(qg_x_);
+        qg_x_ = static_cast<uint16_t*>(alloc(sizeof(uint16_t) * halves, MemKind::scratch));
+        qg_x_halves_ = halves;
+    }
+    if (T > qg_T_) {
+        release(qg_inv_);
+        qg_inv_ = static_cast<float*>(alloc(sizeof(float) * T, MemKind::scratch));
+        qg_T_ = T;
+    }
+    if (!qg_partial_) qg_partial_ = static_cast<float*>(alloc(sizeof(float) * kQGemmPartialFloats, MemKind::scratch));
+}
+
+void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate, cudaStream_t s, bool may_split) {
+    const QGemmEntry& e = ops_for(w).qgemm;
+    QGemmArgs a;
+    a.w = matrix(w);
+    a.xhl = qg_x_;
+    a.xinv = qg_inv_;
+    a.T = T;
+    a.out = out;
+    a.accumulate = accumulate;
+    a.itables = imma_tables_;
+    // A grid short of one wave (2 blocks per SM) splits K into up to that many ranges of at least
+    // two units each; the partial sums are then added in order (deterministic).
+    const int64_t tiles = ((w.rows + kQGemmTileRows - 1) / kQGemmTileRows) * ((T + kQGemmTileTokens - 1) / kQGemmTileTokens);
+    const int64_t units = w.cols / e.unit;
+    int64_t splits = may_split ? std::min<int64_t>(2 * sm_count_ / std::max<int64_t>(tiles, 1), units / 2) : 1;
+    splits = std::min<int64_t>(splits, kQGemmPartialFloats / (static_cast<int64_t>(T) * w.rows));
+    if (splits > 1) {
+        a.splits = static_cast<int>(splits);
+        a.partial = qg_partial_;
+        e.launch(a, s);
+        launch_gemm_reduce(qg_partial_, a.splits, static_cast<int64_t>(T) * w.rows, out, accumulate, s);
+    } else {
+        e.launch(a, s);
+    }
+}
+
 void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) {
     if (T <= 0) return;
+    if (use_qgemm(w, T) && !capturing_) reserve_qgemm(T, w.cols);  // may flush: before joining
     bool joins = !pending_.empty() && pending_x_ == x && pending_T_ == T && pending_.size() < kSideStreams + 1;
     for (const PendingMatmul& p : pending_) joins = joins && p.out != out;
     if (!joins) flush();
@@ -383,6 +435,9 @@ void CudaBackend::flush_matmuls() {
     bool quantize = false;
     for (const PendingMatmul& p : pending_) quantize = quantize || use_imma(p.w, pending_T_);
     if (quantize) quantize_activations(pending_x_, pending_T_, static_cast<int>(pending_[0].w.cols), stream_);
+    bool convert = false;
+    for (const PendingMatmul& p : pending_) convert = convert || use_qgemm(p.w, pending_T_);
+    if (convert) launch_gemm_act(pending_x_, pending_T_, static_cast<int>(pending_[0].w.cols), qg_x_, qg_inv_, stream_);
     if (pending_.size() > 1) {
         // Fork: the side streams start after everything already on the main stream.
         DF_CUDA_CHECK(cudaEventRecord(fork_, stream_));
@@ -394,14 +449,17 @@ void CudaBackend::flush_matmuls() {
         }
     }
     const PendingMatmul& p0 = pending_[0];
-    run_matmul(p0.w, pending_x_, pending_T_, p0.out, p0.accumulate, stream_);
+    run_matmul(p0.w, pending_x_, pending_T_, p0.out, p0.accumulate, stream_, pending_.size() == 1);
     for (size_t i = 1; i < pending_.size(); ++i) DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_[i - 1], 0));
     pending_.clear();
 }
 
-void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s) {
+void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
+                             bool may_split) {
     const QuantOps& ops = ops_for(w);
-    if (use_imma(w, T)) {
+    if (use_qgemm(w, T)) {
+        run_qgemm(w, T, out, accumulate, s, may_split);  // flush() converted x
+    } else if (use_imma(w, T)) {
         ops.imma(imma_args(w, nullptr, T, out, accumulate, s), s);  // flush() converted x
     } else if (T <= 8) {
         MatvecArgs a;
@@ -522,14 +580,7 @@ void CudaBackend::attention(const float* q, const void* k_cache, const void* v_c
     args.partial = attn_partial_;
     args.partial_floats = attn_partial_floats_;
     args.sm_count = sm_count_;
-    // Decode splits of at least 64 keys. 16 measured faster (NOTES.md, session 3) but makes empty
-    // splits possible, which no GPU test has covered yet.
-    static const int split_keys = [] {
-        const char* e = std::getenv("DF_CUDA_ATTN_SPLIT_KEYS");  // for A/B runs
-        const int v = e ? std::atoi(e) : 0;
-        return v >= 1 ? v : 64;
-    }();
-    args.split_keys = split_keys;
+    args.split_keys = attn_split_keys();
     launch_attention(args, stream_);
 }
 

@@ -68,6 +68,10 @@ public:
     void set_split_gemm(bool split) { split_gemm_ = split; }
     // Whether a T-token matmul of w runs on the integer tensor cores (imma.cuh); for tests.
     bool matvec_on_tensor_cores(const Weight& w, int T) const { return use_imma(w, T); }
+    // Prefill GEMM on exact f16 weights (gemm_q.cuh) where the type has it: on by default
+    // (DF_CUDA_QGEMM=0 turns it off); off, the dequantizing bf16 GEMM runs. For tests and A/B runs.
+    void set_qgemm(bool on) { qgemm_ = on; }
+    bool gemm_on_exact_f16(const Weight& w, int T) const { return use_qgemm(w, T); }
     // Launches the held-back matmuls and attention prep (every op and memory call does this first).
     void flush();
     cudaStream_t stream() const { return stream_; }
@@ -81,7 +85,8 @@ private:
         float* out;
         bool accumulate;
     };
-    void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s);
+    void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
+                    bool may_split = false);
     void flush_matmuls();
     // The q and k head_norm_rope calls of an attention layer and the kv_store after them are
     // held back and launched as one kernel (launch_attn_prep); any other op launches them first.
@@ -95,6 +100,11 @@ private:
     void op_start();
     ImmaArgs imma_args(const Weight& w, const uint8_t* up, int T, float* out, bool accumulate, cudaStream_t s) const;
     int imma_blocks() const { return 2 * sm_count_; }
+    // Exact-f16 prefill GEMM (gemm_q.cuh): whether w takes it at T tokens; its activation buffer
+    // grows on demand (never while recording a graph).
+    bool use_qgemm(const Weight& w, int T) const;
+    void reserve_qgemm(int T, int64_t cols);
+    void run_qgemm(const Weight& w, int T, float* out, bool accumulate, cudaStream_t s, bool may_split);
 
     QuantMatrix matrix(const Weight& w) const;
     int warps_per_row(const Weight& w, int unit, int row_groups) const;
@@ -117,6 +127,12 @@ private:
     int xq_cols_ = 0;
     const float* xq_src_ = nullptr;     // the activations xq_ currently holds (T xq_T_, xq_n_ columns)
     int xq_T_ = 0, xq_n_ = 0;
+    bool qgemm_ = true;                 // exact-f16 prefill GEMM where the type has it
+    uint16_t* qg_x_ = nullptr;          // its converted activations (hi/lo halves) ...
+    float* qg_inv_ = nullptr;           // ... and per-token scales
+    size_t qg_x_halves_ = 0;
+    int qg_T_ = 0;
+    float* qg_partial_ = nullptr;       // split-K partial sums (main stream only)
     float* imma_partial_ = nullptr;     // stream-K partial sums, one region per stream
     unsigned* imma_counters_ = nullptr; // stream-K tile counters, imma_tiles_ per stream
     int imma_tiles_ = 0;

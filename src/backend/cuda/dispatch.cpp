@@ -15,7 +15,18 @@ std::atomic<bool>& pdl_flag() {
     }()};
     return on;
 }
+std::atomic<int>& split_keys_value() {
+    static std::atomic<int> v{[] {
+        const char* e = std::getenv("DF_CUDA_ATTN_SPLIT_KEYS");  // for A/B runs
+        const int n = e ? std::atoi(e) : 0;
+        return n >= 1 ? n : 16;
+    }()};
+    return v;
+}
 }  // namespace
+
+int attn_split_keys() { return split_keys_value().load(std::memory_order_relaxed); }
+void set_attn_split_keys(int keys) { split_keys_value().store(keys >= 1 ? keys : 1, std::memory_order_relaxed); }
 
 bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_pdl_enabled(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }

@@ -14,6 +14,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_traits.cuh"
 
 namespace df::cuda {
@@ -24,19 +25,6 @@ inline constexpr int kGemmLd = kGemmBK + 8;  // smem row stride (bf16): conflict
 template <bool kSplit>
 constexpr size_t gemm_smem_bytes() {
     return static_cast<size_t>(kSplit ? 2 : 1) * (kGemmBM + kGemmBN) * kGemmLd * sizeof(__nv_bfloat16);
-}
-
-DF_DEV void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
-DF_DEV void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Packs v[0..7] as bf16 hi (and lo = v - hi) into two 16-byte shared-memory stores.
@@ -172,14 +160,14 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_kernel(const GemmArgs a) {
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 const int off = (wm + 16 * i + (lane & 15)) * kGemmLd + kk + (lane >> 4) * 8;
-                ldmatrix_x4(ah[i], a_hi + off);
-                if constexpr (kSplit) ldmatrix_x4(al_[i], a_lo + off);
+                ldsm_x4(ah[i], smem_addr(a_hi + off));
+                if constexpr (kSplit) ldsm_x4(al_[i], smem_addr(a_lo + off));
             }
 #pragma unroll
             for (int jj = 0; jj < 2; ++jj) {
                 const int off = (wn + 16 * jj + (lane & 7) + (lane >> 4) * 8) * kGemmLd + kk + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4(bh[jj], b_hi + off);
-                if constexpr (kSplit) ldmatrix_x4(bl_[jj], b_lo + off);
+                ldsm_x4(bh[jj], smem_addr(b_hi + off));
+                if constexpr (kSplit) ldsm_x4(bl_[jj], smem_addr(b_lo + off));
             }
 #pragma unroll
             for (int i = 0; i < 2; ++i)

@@ -29,6 +29,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_traits.cuh"
 
 namespace df::cuda {
@@ -36,14 +37,6 @@ namespace df::cuda {
 inline constexpr int kImmaWarps = 8;
 inline constexpr int kImmaThreads = 32 * kImmaWarps;
 inline constexpr int kImmaUnit = 256;  // columns per unit (one exponent per token and unit)
-
-DF_DEV void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint2 b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%10,%10,%10};"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(0));
-}
 
 // Exact int -> float for |v| < 2^22 with two full-rate instructions (I2F is quarter rate).
 DF_DEV float small_int_to_f32(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
@@ -158,8 +151,29 @@ struct Imma {
 struct ImmaNoTabs {
     static constexpr int kGridR = 1, kSignR = 1;
     struct Tabs { uint32_t grid[1], sign[1]; };
-    static DF_DEV void load_tabs(Tabs&, const ImmaTables*) {}
 };
+
+template <class I>
+constexpr bool imma_has_tabs() { return requires(const ImmaTables* g) { I::grid_src(g); }; }
+
+// Starts copying the decoder's tables (replicated kGridR / kSignR times) into shared memory.
+template <class I>
+DF_DEV void imma_load_tabs(typename I::Tabs& t, const ImmaTables* g) {
+    if constexpr (imma_has_tabs<I>()) {
+        copy_table_async(t.grid, I::grid_src(g), sizeof t.grid);
+        copy_table_async(t.sign, I::sign_src(g), sizeof t.sign);
+    }
+}
+
+// The lane constants of a decoder whose tables in shared memory (at grid, sign) hold GR / SR copies.
+template <int GR, int SR>
+DF_DEV ImmaLane imma_lane(uint32_t grid, uint32_t sign, int lane) {
+    uint32_t pos;
+    asm volatile("mov.b32 %0, %1;" : "=r"(pos) : "n"(kIq2Pos));  // opaque: stays in a register
+    const uint32_t q = static_cast<uint32_t>(lane & 3);
+    return {grid + 4u * static_cast<uint32_t>(lane & (GR - 1)), sign + 4u * static_cast<uint32_t>(lane & (SR - 1)),
+            0x4440u | q, 7u * q, pos, static_cast<int>(q)};
+}
 
 template <>
 struct Imma<Type::Q8_0> : ImmaNoTabs {
@@ -223,15 +237,14 @@ struct Imma<Type::IQ2_XXS> : ImmaIqHead {
     static constexpr bool kSupported = true, kScale16 = false;
     static constexpr int kBody = 64, kCopy = 16, kStride = 80, kStages = 4;
     struct Tabs { uint32_t grid[256 * 32]; uint32_t sign[128 * 32]; };
-    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
-        copy_table_async(t.grid, g->iq2xxs_sel, sizeof t.grid);
-        copy_table_async(t.sign, g->sign7, sizeof t.sign);
-    }
+    static DF_DEV const uint32_t* grid_src(const ImmaTables* g) { return g->iq2xxs_sel; }
+    static DF_DEV const uint32_t* sign_src(const ImmaTables* g) { return g->sign7; }
     static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u) * 0.125f; }  // d (0.5 + s) / 4
     static constexpr int kGridR = 32, kSignR = 32;
+    template <int GR = kGridR, int SR = kSignR>  // table replication (GEMM stages fewer copies)
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint2 w = lds_u2(r + 8 * m);
-        iq2_bytes(l.pos, rep<kGridR>(l.grid, prmt(w.x, 0u, l.byte_sel)) | rep<kSignR>(l.sign, (w.y >> l.shift7) & 127u), lo, hi);
+        iq2_bytes(l.pos, rep<GR>(l.grid, prmt(w.x, 0u, l.byte_sel)) | rep<SR>(l.sign, (w.y >> l.shift7) & 127u), lo, hi);
         s = 2 * static_cast<int>(w.y >> 28) + 1;
     }
     DF_IMMA_IQ_SUB
@@ -242,15 +255,14 @@ struct Imma<Type::IQ2_XS> : ImmaIqHead {
     static constexpr bool kSupported = true, kScale16 = true;
     static constexpr int kBody = 72, kCopy = 8, kStride = 80, kStages = 4;
     struct Tabs { uint32_t grid[512 * 16]; uint32_t sign[128 * 32]; };
-    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
-        copy_table_async(t.grid, g->iq2xs_sel, sizeof t.grid);
-        copy_table_async(t.sign, g->sign7, sizeof t.sign);
-    }
+    static DF_DEV const uint32_t* grid_src(const ImmaTables* g) { return g->iq2xs_sel; }
+    static DF_DEV const uint32_t* sign_src(const ImmaTables* g) { return g->sign7; }
     static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u) * 0.125f; }
     static constexpr int kGridR = 16, kSignR = 32;
+    template <int GR = kGridR, int SR = kSignR>  // table replication (GEMM stages fewer copies)
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
         const uint32_t w = lds_u16(r + 8 * m + 2 * l.q), sc = r[64 + m];
-        iq2_bytes(l.pos, rep<kGridR>(l.grid, w & 511u) | rep<kSignR>(l.sign, w >> 9), lo, hi);
+        iq2_bytes(l.pos, rep<GR>(l.grid, w & 511u) | rep<SR>(l.sign, w >> 9), lo, hi);
         slo = 2 * static_cast<int>(sc & 15u) + 1;
         shi = 2 * static_cast<int>(sc >> 4) + 1;
     }
@@ -262,16 +274,15 @@ struct Imma<Type::IQ2_S> : ImmaIqHead {
     static constexpr bool kSupported = true, kScale16 = true;
     static constexpr int kBody = 80, kCopy = 16, kStride = 80, kStages = 4;
     struct Tabs { uint32_t grid[1024 * 8]; uint32_t sign[256 * 16]; };
-    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
-        copy_table_async(t.grid, g->iq2s_sel, sizeof t.grid);
-        copy_table_async(t.sign, g->sign8, sizeof t.sign);
-    }
+    static DF_DEV const uint32_t* grid_src(const ImmaTables* g) { return g->iq2s_sel; }
+    static DF_DEV const uint32_t* sign_src(const ImmaTables* g) { return g->sign8; }
     static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u) * 0.125f; }
     static constexpr int kGridR = 8, kSignR = 16;
+    template <int GR = kGridR, int SR = kSignR>  // table replication (GEMM stages fewer copies)
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& slo, int& shi) {
         const uint32_t qh = r[64 + m], sc = r[72 + m];
         const uint32_t gi = r[4 * m + l.q] | ((qh << (8 - 2 * l.q)) & 0x300u);
-        iq2_bytes(l.pos, rep<kGridR>(l.grid, gi) | rep<kSignR>(l.sign, r[32 + 4 * m + l.q]), lo, hi);
+        iq2_bytes(l.pos, rep<GR>(l.grid, gi) | rep<SR>(l.sign, r[32 + 4 * m + l.q]), lo, hi);
         slo = 2 * static_cast<int>(sc & 15u) + 1;
         shi = 2 * static_cast<int>(sc >> 4) + 1;
     }
@@ -283,17 +294,16 @@ struct Imma<Type::IQ3_XXS> : ImmaIqHead {
     static constexpr bool kSupported = true, kScale16 = false;
     static constexpr int kBody = 96, kCopy = 16, kStride = 112, kStages = 4;
     struct Tabs { uint32_t grid[256 * 32]; uint32_t sign[128 * 32]; };
-    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
-        copy_table_async(t.grid, g->iq3xxs, sizeof t.grid);
-        copy_table_async(t.sign, g->sign7_sel, sizeof t.sign);
-    }
+    static DF_DEV const uint32_t* grid_src(const ImmaTables* g) { return g->iq3xxs; }
+    static DF_DEV const uint32_t* sign_src(const ImmaTables* g) { return g->sign7_sel; }
     static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u) * 0.25f; }  // d (0.5 + s) / 2
     static constexpr int kGridR = 32, kSignR = 32;
+    template <int GR = kGridR, int SR = kSignR>  // table replication (GEMM stages fewer copies)
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), aux = lds_u32(r + 64 + 4 * m);
-        const uint32_t sg = rep<kSignR>(l.sign, (aux >> l.shift7) & 127u);
-        lo = signed4(rep<kGridR>(l.grid, gi & 255u), sg);
-        hi = signed4(rep<kGridR>(l.grid, gi >> 8), sg >> 16);
+        const uint32_t sg = rep<SR>(l.sign, (aux >> l.shift7) & 127u);
+        lo = signed4(rep<GR>(l.grid, gi & 255u), sg);
+        hi = signed4(rep<GR>(l.grid, gi >> 8), sg >> 16);
         s = 2 * static_cast<int>(aux >> 28) + 1;
     }
     DF_IMMA_IQ_SUB
@@ -304,18 +314,17 @@ struct Imma<Type::IQ3_S> : ImmaIqHead {
     static constexpr bool kSupported = true, kScale16 = false;
     static constexpr int kBody = 108, kCopy = 4, kStride = 112, kStages = 4;
     struct Tabs { uint32_t grid[512 * 16]; uint32_t sign[256 * 16]; };
-    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
-        copy_table_async(t.grid, g->iq3s, sizeof t.grid);
-        copy_table_async(t.sign, g->sign8_sel, sizeof t.sign);
-    }
+    static DF_DEV const uint32_t* grid_src(const ImmaTables* g) { return g->iq3s; }
+    static DF_DEV const uint32_t* sign_src(const ImmaTables* g) { return g->sign8_sel; }
     static DF_DEV float unit_scale(const uint8_t*, const uint8_t* h, int u) { return head(h, u); }  // d (1 + 2 s)
     static constexpr int kGridR = 16, kSignR = 16;
+    template <int GR = kGridR, int SR = kSignR>  // table replication (GEMM stages fewer copies)
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), qh = r[64 + m];
         const uint32_t i1 = (gi & 255u) | ((qh << (8 - 2 * l.q)) & 256u), i2 = (gi >> 8) | ((qh << (7 - 2 * l.q)) & 256u);
-        const uint32_t sg = rep<kSignR>(l.sign, r[72 + 4 * m + l.q]);
-        lo = signed4(rep<kGridR>(l.grid, i1), sg);
-        hi = signed4(rep<kGridR>(l.grid, i2), sg >> 16);
+        const uint32_t sg = rep<SR>(l.sign, r[72 + 4 * m + l.q]);
+        lo = signed4(rep<GR>(l.grid, i1), sg);
+        hi = signed4(rep<GR>(l.grid, i2), sg >> 16);
         s = 1 + 2 * static_cast<int>((r[104 + m / 2] >> (4 * (m & 1))) & 15u);
     }
     DF_IMMA_IQ_SUB
@@ -587,7 +596,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
     extern __shared__ __align__(16) uint8_t smem[];
     auto& tabs = *reinterpret_cast<typename I::Tabs*>(smem);
     pdl_trigger();  // pdl_wait() comes after the tables and the first weight stages are issued
-    I::load_tabs(tabs, a.itables);
+    imma_load_tabs<I>(tabs, a.itables);
     cp_async_commit();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -643,10 +652,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
     cp_async_wait<S - 1>();  // the tables (the oldest group)
     __syncthreads();
 
-    uint32_t pos;
-    asm volatile("mov.b32 %0, %1;" : "=r"(pos) : "n"(kIq2Pos));  // opaque: stays in a register
-    const ImmaLane ln{smem_addr(tabs.grid) + 4u * (lane & (I::kGridR - 1)), smem_addr(tabs.sign) + 4u * (lane & (I::kSignR - 1)),
-                      0x4440u | static_cast<uint32_t>(q), 7u * static_cast<uint32_t>(q), pos, q};
+    const ImmaLane ln = imma_lane<I::kGridR, I::kSignR>(smem_addr(tabs.grid), smem_addr(tabs.sign), lane);
 
     float acc[kMats][NT][4];
     auto clear = [&] {

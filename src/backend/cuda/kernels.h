@@ -20,6 +20,11 @@ struct ImmaTables;
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
 
+// Decode attention splits a context into pieces of at least this many keys (default 16,
+// DF_CUDA_ATTN_SPLIT_KEYS overrides); the setter is for tests, between ops like set_pdl_enabled.
+int attn_split_keys();
+void set_attn_split_keys(int keys);
+
 // ---- quantized weights (one translation unit per block type) ------------------------------
 
 // A weight matrix as the kernels see it (layout.h).
@@ -84,13 +89,41 @@ struct ImmaArgs {
     const ImmaTables* itables = nullptr;
 };
 
+// The same product as GemmArgs on exact f16 weights (gemm_q.cuh), from activations that
+// launch_gemm_act has converted; for types with an integer decoder.
+struct QGemmArgs {
+    QuantMatrix w;
+    const uint16_t* xhl = nullptr;  // launch_gemm_act's halves
+    const float* xinv = nullptr;    // and its per-token scales
+    int T = 0;
+    float* out = nullptr;
+    bool accumulate = false;
+    int splits = 1;                 // K ranges over blockIdx.z; > 1: partial sums, then launch_gemm_reduce
+    float* partial = nullptr;       // splits * T * rows floats when splits > 1
+    const ImmaTables* itables = nullptr;
+};
+struct QGemmEntry {
+    void (*launch)(const QGemmArgs&, cudaStream_t) = nullptr;  // nullptr: no exact-f16 GEMM
+    int unit = 0;                                               // cols must be a multiple of it
+};
+// Rows and tokens of one qgemm block (the launcher sizes splits from the grid).
+constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128;
+
 struct QuantOps {
     int unit;  // elements per decode unit: cols must be a multiple of it for matmul
     void (*matvec)(const MatvecArgs&, cudaStream_t);
     void (*gemm)(const GemmArgs&, cudaStream_t);
     void (*embed)(const EmbedArgs&, cudaStream_t);
     void (*imma)(const ImmaArgs&, cudaStream_t);  // nullptr: no integer tensor-core decoder
+    QGemmEntry qgemm;
 };
+
+// Activations of a qgemm: per token t, x 2^k_t (k_t puts the largest |x| in [2^14, 2^15)) split
+// into f16 hi + lo, stored per 32-column slab as 32 hi then 32 lo halves (xhl: 2 * T * cols
+// halves, 16-byte aligned); xinv[t] = 2^-k_t. cols a multiple of 32.
+void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, cudaStream_t s);
+// out[i] (+)= sum over z < splits of partial[z * n + i], z in order; n = T * rows.
+void launch_gemm_reduce(const float* partial, int splits, int64_t n, float* out, bool accumulate, cudaStream_t s);
 
 // Activations of T <= 8 tokens as the imma kernels read them (imma.cuh explains the format):
 // xq needs act_quant_xq_bytes(cols) bytes, xe 8 * cols / 256 floats; cols a multiple of 256.
@@ -153,7 +186,7 @@ struct AttnArgs {
     float* partial = nullptr;      // scratch for split partial results
     size_t partial_floats = 0;     // its capacity
     int sm_count = 132;
-    int split_keys = 64;           // decode: keys per split at least (DF_CUDA_ATTN_SPLIT_KEYS)
+    int split_keys = 16;           // decode: keys per split at least (attn_split_keys())
 };
 // Causal GQA attention (Backend::attention): flash decoding with the key range of each query
 // split across blocks (the split is decided on the device from pos, so graphs replay).

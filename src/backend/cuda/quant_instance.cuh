@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/cuda/gemm.cuh"
+#include "backend/cuda/gemm_q.cuh"
 #include "backend/cuda/imma.cuh"
 #include "backend/cuda/matvec.cuh"
 
@@ -12,5 +13,5 @@
     extern const QuantOps kQuantOps_##name;                                                         \
     const QuantOps kQuantOps_##name = {Quant<Type::name>::kUnit, matvec_launch<Type::name>,          \
                                        gemm_launch<Type::name>, embed_launch<Type::name>, \
-                                       imma_entry<Type::name>()};           \
+                                       imma_entry<Type::name>(), qgemm_entry<Type::name>()};           \
     }

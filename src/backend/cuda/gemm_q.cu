@@ -1,0 +1,92 @@
+// The type-independent kernels of the exact-f16 prefill GEMM (gemm_q.cuh): the activation
+// conversion and the fixed-order split-K reduction.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+
+namespace df::cuda {
+namespace {
+
+constexpr int kActThreads = 256;
+
+DF_DEV uint32_t pack_half2(__half a, __half b) {
+    return static_cast<uint32_t>(__half_as_ushort(a)) | (static_cast<uint32_t>(__half_as_ushort(b)) << 16);
+}
+
+// A block per token: the row's largest |x| picks k, then 8 elements per thread and pass.
+__global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, int cols, uint16_t* xhl, float* xinv) {
+    pdl_begin();
+    const int t = blockIdx.x;
+    const float4* row = reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * cols);
+    float mx = 0.f;
+    for (int i = threadIdx.x; i < cols / 4; i += kActThreads) {
+        const float4 v = row[i];
+        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
+    __shared__ float red[kActThreads / 32];
+    mx = warp_max(mx);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = red[0];
+#pragma unroll
+    for (int w = 1; w < kActThreads / 32; ++w) mx = fmaxf(mx, red[w]);
+    // max = f 2^e with f in [0.5, 1): max 2^(15 - e) lies in [2^14, 2^15). Zero, inf and NaN rows
+    // keep k = 0 (their products are then what f32 math gives: zeros, infs, NaNs); k is capped
+    // so that 2^k stays a normal float.
+    int e = 0;
+    const bool finite = mx > 0.f && mx <= 3.4e38f;
+    if (finite) frexpf(mx, &e);
+    const int k = finite ? min(15 - e, 126) : 0;
+    const float scale = ldexpf(1.f, k);
+    if (threadIdx.x == 0) xinv[t] = ldexpf(1.f, -k);
+    uint16_t* out = xhl + static_cast<size_t>(t) * 2 * cols;
+    for (int i = threadIdx.x; i < cols / 8; i += kActThreads) {
+        const float4 a = row[2 * i], b = row[2 * i + 1];
+        const float v[8] = {a.x * scale, a.y * scale, a.z * scale, a.w * scale,
+                            b.x * scale, b.y * scale, b.z * scale, b.w * scale};
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const __half h0 = __float2half_rn(v[2 * j]), h1 = __float2half_rn(v[2 * j + 1]);
+            hi[j] = pack_half2(h0, h1);
+            lo[j] = pack_half2(__float2half_rn(v[2 * j] - __half2float(h0)), __float2half_rn(v[2 * j + 1] - __half2float(h1)));
+        }
+        // Element 8i lies in slab 8i / 32 at offset 8i % 32: hi at slab * 64 + offset, lo 32 later.
+        const size_t base = static_cast<size_t>(i / 4) * 64 + (i % 4) * 8;
+        *reinterpret_cast<uint4*>(out + base) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(out + base + 32) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+}
+
+__global__ void gemm_reduce_kernel(const float* partial, int splits, int64_t n, float* out, bool accumulate) {
+    pdl_begin();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        float y = accumulate ? out[i] : 0.f;
+        for (int z = 0; z < splits; ++z) y += __ldcg(partial + z * n + i);
+        out[i] = y;
+    }
+}
+
+}  // namespace
+
+void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, cudaStream_t s) {
+    if (T <= 0) return;
+    DF_CUDA_REQUIRE(cols > 0 && cols % 32 == 0, "gemm_act: cols must be a multiple of 32");
+    DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(xhl) % 16 == 0,
+                    "gemm_act: x and xhl must be 16-byte aligned");
+    launch(gemm_act_kernel, T, kActThreads, 0, s, x, cols, xhl, xinv);
+}
+
+void launch_gemm_reduce(const float* partial, int splits, int64_t n, float* out, bool accumulate, cudaStream_t s) {
+    if (n <= 0) return;
+    const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+    launch(gemm_reduce_kernel, blocks, 256, 0, s, partial, splits, n, out, accumulate);
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,309 @@
+// Prefill GEMM (T > 8) on exact f16 weights, for block types with an integer decoder (imma.cuh).
+//
+// Weights: a decoder gives lane q of a warp the 8 weights 8q .. 8q+7 of a 32-column slab of rows
+// g and g + 8 as signed bytes with an integer sub-block scale s; every q s is an integer of
+// magnitude < 2048 (the bound is checked per type below), so it is exact in f16. The float that
+// remains (the block scale d times a constant) multiplies the slab's f32 sums: one FMA per
+// accumulator per slab. Activations (launch_gemm_act): per token, x 2^k = hi + lo in f16 (~2^-22
+// relative, 2^k puts the token's largest |x| in [2^14, 2^15)), so a slab's sums are two
+// m16n8k16 products per 16 columns with exact products in f32 accumulators (DESIGN.md, numerics).
+//
+// K order: lane q's A registers hold weights 8q .. 8q+3 (k16 step 0) and 8q+4 .. 8q+7 (step 1),
+// which the mma reads as columns {2q, 2q+1, 2q+8, 2q+9}; B is read in the same permuted order,
+// which makes lane (g, q)'s B the 16 contiguous bytes of token g's halves 8q .. 8q+7: one LDS.128
+// per n8 tile, step and half (a sum does not care about order).
+//
+// Block: 4 warps (2 x 2) over 128 rows x 128 tokens, warp tile 64 x 64; K steps of one slab.
+// Weights are staged one decoder unit at a time (256 columns, Q8_0 64) in a ring of unit slots,
+// activations in a ring of kQgStages slabs, all by cp.async. Small grids split K over
+// blockIdx.z; the partial sums are added in a fixed order (launch_gemm_reduce): deterministic.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/imma.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
+
+namespace df::cuda {
+
+inline constexpr int kQgThreads = 128, kQgBM = 128, kQgBN = 128, kQgStages = 4;
+inline constexpr int kQgSlabBytes = kQgBN * 128;  // 128 tokens x 32 columns x (hi, lo) halves
+
+// Four signed bytes times s as f16 pairs, exactly: 0x64XX is 1024 + XX in f16, so with
+// u = b + 128 one FMA gives (1024 + u) s - 1152 s = b s (exact for |b s| < 2048; 1152 s is
+// exact in f16 for s < 57, and the FMA rounds once).
+DF_DEV void s8x4_to_f16(uint32_t w, __half2 s, __half2 c, uint32_t& h01, uint32_t& h23) {
+    const uint32_t u = w ^ 0x80808080u;
+    const uint32_t a = prmt(u, 0x64646464u, 0x5140u), b = prmt(u, 0x64646464u, 0x7362u);
+    const __half2 ra = __hfma2(*reinterpret_cast<const __half2*>(&a), s, c);
+    const __half2 rb = __hfma2(*reinterpret_cast<const __half2*>(&b), s, c);
+    h01 = *reinterpret_cast<const uint32_t*>(&ra);
+    h23 = *reinterpret_cast<const uint32_t*>(&rb);
+}
+// 8 bytes (weights 8q .. 8q+7) times the integer scale s (0 < s < 57) as 4 f16 pairs.
+DF_DEV void s8x8_to_f16(uint32_t lo, uint32_t hi, int s, uint32_t (&h)[4]) {
+    const uint32_t sb = 0x64006400u | (static_cast<uint32_t>(s) * 0x00010001u);  // 1024 + s, twice
+    const __half2 s2 = __hsub2(*reinterpret_cast<const __half2*>(&sb), __float2half2_rn(1024.f));
+    const __half2 c2 = __hmul2(s2, __float2half2_rn(-1152.f));
+    s8x4_to_f16(lo, s2, c2, h[0], h[1]);
+    s8x4_to_f16(hi, s2, c2, h[2], h[3]);
+}
+
+// ---- decoders: GemmQ<T> gives, for a unit of kUnitCols columns of a row staged in shared memory
+//   kBody, kCopy, kStride, kHead, head_src(u)  as Imma<T> (what is staged and how);
+//   Tabs, load_tabs()                          its tables (4 copies: decoding is amortized over
+//                                              128 tokens, so fewer copies than the matvec's);
+//   slab(l, r, m, h)                           lane q's 8 weights of slab m as f16 pairs (times
+//                                              the integer scale);
+//   scale(r, hd, u, m)                         the float multiplying slab m's sums.
+
+template <Type T>
+struct GemmQ {
+    static constexpr bool kSupported = false;
+};
+
+inline constexpr int kQgTabR = 4;
+
+// Copies `entries` table entries of R_src copies each, keeping the first kQgTabR (16 bytes).
+template <int R_src>
+DF_DEV void copy_table_rep(uint32_t* dst, const uint32_t* src, int entries) {
+    static_assert(R_src >= kQgTabR && R_src % 4 == 0);
+    for (int i = threadIdx.x; i < entries; i += blockDim.x) cp_async<16>(dst + kQgTabR * i, src + R_src * i);
+}
+
+template <Type T>
+struct GemmQIq {
+    using I = Imma<T>;
+    static constexpr bool kSupported = true;
+    static constexpr int kUnitCols = 256, kBody = I::kBody, kCopy = I::kCopy, kStride = I::kStride, kHead = I::kHead;
+    static constexpr int kGridN = sizeof(I::Tabs::grid) / 4 / I::kGridR;
+    static constexpr int kSignN = sizeof(I::Tabs::sign) / 4 / I::kSignR;
+    struct Tabs {
+        uint32_t grid[kGridN * kQgTabR];
+        uint32_t sign[kSignN * kQgTabR];
+    };
+    static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
+        copy_table_rep<I::kGridR>(t.grid, I::grid_src(g), kGridN);
+        copy_table_rep<I::kSignR>(t.sign, I::sign_src(g), kSignN);
+    }
+    static DF_DEV ImmaLane lane(const Tabs& t, int lane) { return imma_lane<kQgTabR, kQgTabR>(smem_addr(t.grid), smem_addr(t.sign), lane); }
+    static DF_DEV size_t head_src(int u) { return I::head_src(u); }
+    static DF_DEV void slab(const ImmaLane& l, const uint8_t* r, int m, uint32_t (&h)[4]) {
+        uint32_t lo, hi;
+        int s;
+        if constexpr (I::kScale16) {
+            int slo, shi;
+            I::template row<kQgTabR, kQgTabR>(l, r, m, lo, hi, slo, shi);
+            s = l.q < 2 ? slo : shi;  // lanes 0, 1 hold the slab's first 16 weights
+        } else {
+            I::template row<kQgTabR, kQgTabR>(l, r, m, lo, hi, s);
+        }
+        s8x8_to_f16(lo, hi, s, h);
+    }
+    static DF_DEV float scale(const uint8_t* r, const uint8_t* hd, int u, int) { return I::unit_scale(r, hd, u); }
+};
+
+// |q s| < 2048: IQ2 magnitudes <= 43 and IQ3 <= 62 (IQ3_S <= 15), odd scales 2 l + 1 <= 31.
+template <> struct GemmQ<Type::IQ2_XXS> : GemmQIq<Type::IQ2_XXS> {};
+template <> struct GemmQ<Type::IQ2_XS> : GemmQIq<Type::IQ2_XS> {};
+template <> struct GemmQ<Type::IQ2_S> : GemmQIq<Type::IQ2_S> {};
+template <> struct GemmQ<Type::IQ3_XXS> : GemmQIq<Type::IQ3_XXS> {};
+template <> struct GemmQ<Type::IQ3_S> : GemmQIq<Type::IQ3_S> {};
+
+// Q8_0: units of two blocks (64 columns); rows staged 96 bytes apart (the 4 rows of a half-warp's
+// 8-byte loads then fall in distinct banks); the two f16 scales (4 bytes) from the head array.
+template <>
+struct GemmQ<Type::Q8_0> {
+    static constexpr bool kSupported = true;
+    static constexpr int kUnitCols = 64, kBody = 64, kCopy = 16, kStride = 96, kHead = 4;
+    struct Tabs {
+        uint32_t none[4];
+    };
+    static DF_DEV void load_tabs(Tabs&, const ImmaTables*) {}
+    static DF_DEV ImmaLane lane(const Tabs&, int lane) { return imma_lane<1, 1>(0u, 0u, lane); }
+    static DF_DEV size_t head_src(int u) { return 4 * static_cast<size_t>(u); }
+    static DF_DEV void slab(const ImmaLane& l, const uint8_t* r, int m, uint32_t (&h)[4]) {
+        const uint2 w = lds_u2(r + 32 * m + 8 * l.q);
+        s8x8_to_f16(w.x, w.y, 1, h);
+    }
+    static DF_DEV float scale(const uint8_t*, const uint8_t* hd, int, int m) { return f16_bits_to_f32(lds_u16(hd + 2 * m)); }
+};
+
+template <class G>
+constexpr int qg_slabs_per_unit() { return G::kUnitCols / 32; }
+// Unit slots: enough that the unit being filled kQgStages - 1 slabs ahead never overwrites one
+// still read.
+template <class G>
+constexpr int qg_unit_slots() { return (kQgStages - 2 + qg_slabs_per_unit<G>()) / qg_slabs_per_unit<G>() + 1; }
+template <class G>
+constexpr int qg_unit_bytes() { return kQgBM * (G::kStride + G::kHead); }
+template <class G>
+constexpr int qg_tabs_bytes() { return (static_cast<int>(sizeof(typename G::Tabs)) + 15) / 16 * 16; }
+template <class G>
+constexpr int qg_smem_bytes() { return qg_tabs_bytes<G>() + qg_unit_slots<G>() * qg_unit_bytes<G>() + kQgStages * kQgSlabBytes; }
+
+DF_DEV uint4 lds_u4(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+
+template <Type TY>
+__global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a) {
+    using G = GemmQ<TY>;
+    constexpr int S = kQgStages, SPU = qg_slabs_per_unit<G>(), US = qg_unit_slots<G>(), UB = qg_unit_bytes<G>();
+    constexpr int kPerRow = G::kBody / G::kCopy;
+    extern __shared__ __align__(16) uint8_t smem[];
+    auto& tabs = *reinterpret_cast<typename G::Tabs*>(smem);
+    uint8_t* const units_smem = smem + qg_tabs_bytes<G>();
+    uint8_t* const slabs_smem = units_smem + US * UB;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int rows = a.w.rows, T = a.T;
+    const int m0 = blockIdx.x * kQgBM, n0 = blockIdx.y * kQgBN;
+    // This block's K range in units (split-K), as local slab indices 0 .. nk-1.
+    const int units = a.w.cols / G::kUnitCols;
+    const int u0 = static_cast<int>(static_cast<int64_t>(blockIdx.z) * units / a.splits);
+    const int u1 = static_cast<int>((static_cast<int64_t>(blockIdx.z) + 1) * units / a.splits);
+    const int nk = (u1 - u0) * SPU;
+
+    pdl_trigger();
+    G::load_tabs(tabs, a.itables);
+    auto issue_unit = [&](int lu) {  // local unit lu into slot lu % US (weights: before pdl_wait too)
+        const int u = u0 + lu;
+        uint8_t* dst = units_smem + (lu % US) * UB;
+        for (int c = tid; c < kQgBM * kPerRow; c += kQgThreads) {
+            const int r = c / kPerRow, col = (c % kPerRow) * G::kCopy;
+            const uint8_t* row = a.w.data + static_cast<size_t>(min(m0 + r, rows - 1)) * a.w.row_stride;
+            cp_async<G::kCopy>(dst + r * G::kStride + col, row + static_cast<size_t>(u) * G::kBody + col);
+        }
+        if constexpr (G::kHead > 0) {
+            for (int r = tid; r < kQgBM; r += kQgThreads) {
+                const uint8_t* row = a.w.data + static_cast<size_t>(min(m0 + r, rows - 1)) * a.w.row_stride;
+                cp_async<G::kHead>(dst + kQgBM * G::kStride + r * G::kHead, row + a.w.head_off + G::head_src(u));
+            }
+        }
+    };
+    // Slab i's activations into stage i % S (and the unit starting there); always commits a group,
+    // so "all but the newest S - 2 groups are done" means "slab i has landed".
+    const size_t tok_halves = 2 * static_cast<size_t>(a.w.cols);
+    auto issue = [&](int i) {
+        if (i < nk) {
+            if (i > 0 && i % SPU == 0) issue_unit(i / SPU);
+            uint8_t* dst = slabs_smem + (i % S) * kQgSlabBytes;
+            const size_t col = (static_cast<size_t>(u0) * SPU + i) * 64;  // halves: 32 hi + 32 lo per slab
+#pragma unroll
+            for (int k = 0; k < kQgBN * 8 / kQgThreads; ++k) {
+                const int c = tid + k * kQgThreads, n = c >> 3, ch = c & 7;
+                const uint16_t* src = a.xhl + static_cast<size_t>(min(n0 + n, T - 1)) * tok_halves + col + ch * 8;
+                cp_async<16>(dst + n * 128 + ((ch ^ ((n & 1) << 2)) << 4), src);
+            }
+        }
+        cp_async_commit();
+    };
+    issue_unit(0);
+    cp_async_commit();  // tables and the first unit
+    pdl_wait();         // activations, partial sums and outputs from here
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) issue(i);
+
+    const ImmaLane ln = G::lane(tabs, lane);
+    const int wm = (warp & 1) * 64, wn = (warp >> 1) * 64;
+    float acc[4][8][4];
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < 8; ++nj)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.f;
+    const int swz = (g & 1) << 2;  // tokens wn + 8 nj + g: odd ones have their halves swapped
+
+    for (int i = 0; i < nk; ++i) {
+        cp_async_wait<S - 2>();
+        __syncthreads();  // slab i visible to all; slab i - 1's stage and unit are free
+        issue(i + S - 1);
+        const int lu = i / SPU, m = i % SPU;
+        const uint8_t* us = units_smem + (lu % US) * UB;
+        const uint8_t* hs = us + kQgBM * G::kStride;
+        const uint8_t* bs = slabs_smem + (i % S) * kQgSlabBytes;
+        uint32_t af[4][2][4];
+        float sc[4][2];
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi) {
+            const int r0 = wm + 16 * mi + g, r1 = r0 + 8;
+            uint32_t h0[4], h1[4];
+            G::slab(ln, us + r0 * G::kStride, m, h0);
+            G::slab(ln, us + r1 * G::kStride, m, h1);
+            af[mi][0][0] = h0[0]; af[mi][0][1] = h1[0]; af[mi][0][2] = h0[1]; af[mi][0][3] = h1[1];
+            af[mi][1][0] = h0[2]; af[mi][1][1] = h1[2]; af[mi][1][2] = h0[3]; af[mi][1][3] = h1[3];
+            sc[mi][0] = G::scale(us + r0 * G::kStride, hs + r0 * G::kHead, u0 + lu, m);
+            sc[mi][1] = G::scale(us + r1 * G::kStride, hs + r1 * G::kHead, u0 + lu, m);
+        }
+#pragma unroll
+        for (int nj = 0; nj < 8; ++nj) {
+            const uint8_t* bt = bs + (wn + 8 * nj + g) * 128;
+            const uint4 bh = lds_u4(bt + ((q ^ swz) << 4)), bl = lds_u4(bt + (((4 + q) ^ swz) << 4));
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi) {
+                float t[4];
+                mma_f16_first(t, af[mi][0], bh.x, bh.y);
+                mma_f16(t, af[mi][0], bl.x, bl.y);
+                mma_f16(t, af[mi][1], bh.z, bh.w);
+                mma_f16(t, af[mi][1], bl.z, bl.w);
+                acc[mi][nj][0] = fmaf(t[0], sc[mi][0], acc[mi][nj][0]);
+                acc[mi][nj][1] = fmaf(t[1], sc[mi][0], acc[mi][nj][1]);
+                acc[mi][nj][2] = fmaf(t[2], sc[mi][1], acc[mi][nj][2]);
+                acc[mi][nj][3] = fmaf(t[3], sc[mi][1], acc[mi][nj][3]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // c0, c1: row g, tokens 2q, 2q + 1; c2, c3: row g + 8. Split-K writes its partial sums.
+    float* const dst = a.splits > 1 ? a.partial + static_cast<size_t>(blockIdx.z) * T * rows : a.out;
+    const bool add = a.splits == 1 && a.accumulate;
+#pragma unroll
+    for (int nj = 0; nj < 8; ++nj)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int t = n0 + wn + 8 * nj + 2 * q + h;
+            if (t >= T) continue;
+            const float inv = __ldg(a.xinv + t);
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                for (int v = 0; v < 2; ++v) {
+                    const int r = m0 + wm + 16 * mi + g + 8 * v;
+                    if (r >= rows) continue;
+                    float* o = dst + static_cast<size_t>(t) * rows + r;
+                    const float y = acc[mi][nj][2 * v + h] * inv;
+                    *o = add ? *o + y : y;
+                }
+        }
+}
+
+template <Type TY>
+void qgemm_launch(const QGemmArgs& a, cudaStream_t s) {
+    using G = GemmQ<TY>;
+    constexpr int smem = qg_smem_bytes<G>();
+    static_assert(2 * (smem + 1024) <= 228 * 1024, "qgemm: two blocks must fit an SM");
+    DF_CUDA_REQUIRE(a.T > 0 && a.w.cols % G::kUnitCols == 0, "qgemm: cols must be a multiple of the unit");
+    DF_CUDA_REQUIRE(a.splits >= 1 && a.splits <= a.w.cols / G::kUnitCols && (a.splits == 1 || a.partial),
+                    "qgemm: bad split");
+    static bool attr_set = false;  // ops are issued from one thread
+    if (!attr_set) {
+        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        attr_set = true;
+    }
+    const dim3 grid((a.w.rows + kQgBM - 1) / kQgBM, (a.T + kQgBN - 1) / kQgBN, a.splits);
+    launch(qgemm_kernel<TY>, grid, kQgThreads, smem, s, a);
+}
+
+template <Type TY>
+constexpr QGemmEntry qgemm_entry() {
+    if constexpr (GemmQ<TY>::kSupported)
+        return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols};
+    else
+        return {nullptr, 0};
+}
+
+}  // namespace df::cuda
