@@ -12,7 +12,7 @@ struct ModelArgs {
     std::string backend = "auto";
     int threads = 0;
     int ctx = 4096;
-    int chunk = 256;
+    int chunk = 0;
     std::string kv_type = "f16";
 
     void add_to(CLI::App& cmd, bool with_ctx = true) {
@@ -21,7 +21,8 @@ struct ModelArgs {
             ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         cmd.add_option("-t,--threads", threads, "CPU threads (0: one per core)");
         if (with_ctx) cmd.add_option("--ctx", ctx, "context size in tokens");
-        cmd.add_option("--chunk", chunk, "prompt tokens per forward pass")->check(CLI::PositiveNumber);
+        cmd.add_option("--chunk", chunk, "prompt tokens per forward pass (0: 256 on the CPU, 1024 on a GPU)")
+            ->check(CLI::NonNegativeNumber);
         cmd.add_option("--kv-type", kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
     }
     diskformer::ModelOptions model_options() const {

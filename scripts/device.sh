@@ -4,8 +4,9 @@
 #   scripts/device.sh pack            here: build test_cuda + diskformer (sm_90) and pack them,
 #                                     with the extra golden models, into .carry/ (ignored)
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
-#        phases: info tests golden eval bench-kernels profile bench-models step-profile
-#                (comma separated; step-profile: ncu time of each kernel of one decode step)
+#        phases: info tests golden eval bench-kernels profile bench-models step-profile prefill-profile
+#                (comma separated; step-profile: ncu time of each kernel of one decode step;
+#                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill in chunks of 512)
 #
 # The device has CUDA 13 but no build dependencies (fmt, CLI11, gtest, ...): binaries are built
 # on this machine and carried (about 16 MB compressed). Logs go to $OUT (the device tool fetches it).
@@ -116,11 +117,21 @@ PY
             python3 scripts/step_profile.py "$out/step_$p.csv" | tee "$out/step_$p.txt"
         done
         ;; esac
+    case ",$phases," in *,prefill-profile,*)
+        echo "== prefill, kernel by kernel (ncu, serialized; a warm-up pass and one measured pass)"
+        for pp in qwen3-4b-q8_0:2048 saluki-27b-iq2mix:1024; do
+            local p=${pp%%:*} n=${pp##*:}
+            [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+            ncu --metrics gpu__time_duration.sum --csv $D bench -m "/tmp/$p.gguf" --backend cuda --chunk 512 -p "$n" -n 1 \
+                --reps 1 > "$out/prefill_$p.csv" 2>/dev/null
+            python3 scripts/step_profile.py --all "$out/prefill_$p.csv" | head -n 25 | tee "$out/prefill_$p.txt"
+        done
+        ;; esac
     case ",$phases," in *,bench-models,*)
         echo "== synthetic presets"
         for p in qwen3-4b-q8_0 saluki-27b-iq2mix; do
             [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 2
-            $D bench -m "/tmp/$p.gguf" --backend cuda --chunk 512 -p 512,4096 -n 128 --reps 3 --bw 4600 2>&1 | tee "$out/bench_$p.log"
+            $D bench -m "/tmp/$p.gguf" --backend cuda -p 512,4096 -n 128 --reps 3 --bw 4600 2>&1 | tee "$out/bench_$p.log"
         done
         ;; esac
 }

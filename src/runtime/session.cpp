@@ -118,9 +118,12 @@ Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
     I.opt = options;
     const auto& c = I.m->config();
     if (options.ctx <= 0) throw Error("context size must be positive, got " + std::to_string(options.ctx));
-    if (options.chunk <= 0) throw Error("chunk size must be positive, got " + std::to_string(options.chunk));
+    if (options.chunk < 0) throw Error("chunk size must be positive (or 0: automatic), got " + std::to_string(options.chunk));
     const int ctx = c.n_ctx_train > 0 ? std::min(options.ctx, c.n_ctx_train) : options.ctx;
-    const int chunk = std::min(options.chunk, ctx);
+    // Automatic: a GPU's prefill GEMMs fill the device only with long chunks (bench/RESULTS.md);
+    // the CPU gains nothing past a few hundred tokens and keeps its scratch small.
+    const int want = options.chunk > 0 ? options.chunk : I.be->name() == "cpu" ? 256 : 1024;
+    const int chunk = std::min(want, ctx);
     try {
         I.st = I.m->new_state(ctx, chunk, options.kv_type == KvType::f32 ? df::KvType::f32 : df::KvType::f16, false);
     } catch (const std::exception& e) {

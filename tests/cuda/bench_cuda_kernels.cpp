@@ -115,19 +115,29 @@ TEST(CudaBench, DISABLED_GemmThroughput) {
     auto& cuda = cuda_be();
     auto g = test_rng();
     std::printf("%-8s %6s x %-6s %5s %-6s %9s %8s\n", "type", "cols", "rows", "T", "mode", "us", "TFLOP/s");
-    for (const Shape& s : {Shape{Type::Q8_0, 2560, 9728, ""}, Shape{Type::Q8_0, 9728, 2560, ""}, Shape{Type::IQ2_XXS, 5120, 17408, ""},
-                           Shape{Type::IQ2_XS, 5120, 10240, ""}, Shape{Type::Q4_K, 5120, 8192, ""}, Shape{Type::Q2_K, 17408, 5120, ""}}) {
+    for (const Shape& s : {Shape{Type::Q8_0, 2560, 9728, ""}, Shape{Type::Q8_0, 9728, 2560, ""}, Shape{Type::Q8_0, 2560, 4096, ""},
+                           Shape{Type::IQ2_XXS, 5120, 17408, ""}, Shape{Type::IQ2_XXS, 17408, 5120, ""}, Shape{Type::IQ2_XS, 5120, 10240, ""},
+                           Shape{Type::IQ3_XXS, 5120, 12288, ""}, Shape{Type::Q4_K, 5120, 8192, ""}, Shape{Type::Q2_K, 17408, 5120, ""}}) {
+        const char* only = std::getenv("DF_BENCH_ONLY");  // "TYPE COLS ROWS", e.g. for ncu
+        if (only && type_str(s.type) + " " + std::to_string(s.cols) + " " + std::to_string(s.rows) != only) continue;
         const auto m = random_matrix(s.type, s.rows, s.cols, g);
         const Weight w = gpu.load_weight(s.type, s.cols, s.rows, m.data(), m.size());
-        for (int T : {256, 512}) {
+        for (int T : {512, 2048}) {
             Buf<float> x(gpu, randn(g, static_cast<size_t>(T) * s.cols)), out(gpu, static_cast<size_t>(T) * s.rows);
-            for (bool split : {true, false}) {
-                cuda.set_split_gemm(split);
+            // exact f16 (where the type has it), then the dequantizing GEMM with 3 and 1 bf16 products
+            for (const char* mode : {"f16x2", "f16x2/4", "3xbf16", "bf16"}) {
+                const bool q = mode[0] == 'f';
+                cuda.set_qgemm(q);
+                cuda.set_qgemm_nj(mode[5] == '/' ? 4 : 8);
+                cuda.set_split_gemm(mode[0] == '3');
+                if (q && !cuda.gemm_on_exact_f16(w, T)) continue;
                 const double us = time_us([&](int) { gpu.matmul(w, x.p(), T, out.p(), false); }, 10);
-                std::printf("%-8s %6d x %-6d %5d %-6s %9.1f %8.1f\n", type_str(s.type).c_str(), s.cols, s.rows, T,
-                            split ? "3xbf16" : "bf16", us, 2.0 * s.cols * s.rows * T / (us * 1e6));
+                std::printf("%-8s %6d x %-6d %5d %-6s %9.1f %8.1f\n", type_str(s.type).c_str(), s.cols, s.rows, T, mode, us,
+                            2.0 * s.cols * s.rows * T / (us * 1e6));
             }
         }
+        cuda.set_qgemm(true);
+        cuda.set_qgemm_nj(8);
         cuda.set_split_gemm(true);
         gpu.release(const_cast<void*>(w.data));
     }

@@ -352,7 +352,7 @@ TEST(CudaOps, GdnConvAndDeltaRuleCarryState) {
     Buf<float> cwc(cpu, convw), cwg(gpu, convw), dbc(cpu, dt_bias), dbg(gpu, dt_bias), anc(cpu, a_neg), ang(gpu, a_neg);
     Buf<float> csc(cpu, static_cast<size_t>(gs.conv_kernel - 1) * C, MemKind::state), csg(gpu, static_cast<size_t>(gs.conv_kernel - 1) * C, MemKind::state);
     Buf<float> ssc(cpu, static_cast<size_t>(Hv) * D * D, MemKind::state), ssg(gpu, static_cast<size_t>(Hv) * D * D, MemKind::state);
-    for (int T : {3, 1, 64, 9}) {
+    for (int T : {3, 1, 64, 9, 2, 300, 7}) {  // shorter than the conv, tails of token segments
         SCOPED_TRACE("T " + std::to_string(T));
         const auto qkv = randn(g, static_cast<size_t>(T) * C), alpha = randn(g, static_cast<size_t>(T) * Hv),
                    beta = randn(g, static_cast<size_t>(T) * Hv);

@@ -39,11 +39,6 @@ constexpr size_t smem_bytes() {
     return sizeof(__half) * pitch<D>() * (2 * kRows + (kHalf ? 2 : 4) * kKeys);
 }
 
-// 16 bytes global -> shared, or zeros when !ok (cp.async with source size 0).
-DF_DEV void cp_async16_or_zero(void* smem, const void* gmem, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem)), "l"(gmem), "r"(ok ? 16 : 0)
-                 : "memory");
-}
 
 DF_DEV uint32_t pack_f16(__half lo, __half hi) {
     return static_cast<uint32_t>(__half_as_ushort(lo)) | (static_cast<uint32_t>(__half_as_ushort(hi)) << 16);

@@ -21,9 +21,8 @@ constexpr size_t kStagingBytes = size_t{64} << 20;
 // Split attention partials: (head_dim + 2) floats per (token, head, split); 32 MB covers decode
 // and verify with 64 splits at 128 heads, and a few splits for prefill chunks.
 constexpr size_t kAttnPartialBytes = size_t{32} << 20;
-// Split-K partial sums of the exact-f16 GEMM: a wave of 2 blocks per SM on 132 SMs, 128 x 128
-// outputs each, fits with room (larger splits are capped to it).
-constexpr int64_t kQGemmPartialFloats = int64_t{9} << 20;
+// Split-K partial sums of the exact-f16 GEMM (64 MB; splits that would need more are not taken).
+constexpr int64_t kQGemmPartialFloats = int64_t{16} << 20;
 constexpr int kArgmaxKeys = 1 << 16;
 
 const char* kind_name(MemKind k) {
@@ -88,6 +87,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* m = std::getenv("DF_CUDA_MATVEC")) imma_ = std::string(m) != "f32";
     if (const char* m = std::getenv("DF_CUDA_IMMA_SKIP")) imma_skip_ = m;  // block type names, for A/B runs
     if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
+    if (const char* q = std::getenv("DF_CUDA_QGEMM_NJ")) qgemm_nj_ = std::string(q) == "4" ? 4 : 8;  // A/B runs
     synchronize();
 }
 
@@ -390,12 +390,23 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     a.out = out;
     a.accumulate = accumulate;
     a.itables = imma_tables_;
-    // A grid short of one wave (2 blocks per SM) splits K into up to that many ranges of at least
-    // two units each; the partial sums are then added in order (deterministic).
-    const int64_t tiles = ((w.rows + kQGemmTileRows - 1) / kQGemmTileRows) * ((T + kQGemmTileTokens - 1) / kQGemmTileTokens);
-    const int64_t units = w.cols / e.unit;
-    int64_t splits = may_split ? std::min<int64_t>(2 * sm_count_ / std::max<int64_t>(tiles, 1), units / 2) : 1;
-    splits = std::min<int64_t>(splits, kQGemmPartialFloats / (static_cast<int64_t>(T) * w.rows));
+    a.nj = qgemm_nj_;
+    // Split K when that fills the waves of resident blocks better: the estimated time of s splits
+    // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;
+    // at least two units per range, partial sums within the scratch. Deterministic either way.
+    const int64_t tiles = ((w.rows + kQGemmTileRows - 1) / kQGemmTileRows) *
+                          ((T + qgemm_tile_tokens(a.nj) - 1) / qgemm_tile_tokens(a.nj));
+    const int64_t slots = static_cast<int64_t>(qgemm_blocks_per_sm(a.nj)) * sm_count_;
+    const int64_t max_splits = may_split ? std::min<int64_t>({8, w.cols / e.unit / 2, kQGemmPartialFloats / (int64_t{T} * w.rows)}) : 1;
+    int64_t splits = 1;
+    double best = 1e30;
+    for (int64_t k = 1; k <= max_splits; ++k) {
+        const double cost = static_cast<double>((tiles * k + slots - 1) / slots) / k + (k > 1 ? 0.02 * k : 0.0);
+        if (cost < best - 1e-9) {
+            best = cost;
+            splits = k;
+        }
+    }
     if (splits > 1) {
         a.splits = static_cast<int>(splits);
         a.partial = qg_partial_;

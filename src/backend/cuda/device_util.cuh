@@ -68,6 +68,11 @@ DF_DEV void cp_async(void* smem, const void* gmem) {
     else
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem_addr(smem)), "l"(gmem), "n"(N) : "memory");
 }
+// 16 bytes global -> shared, or zeros when !ok (source size 0: gmem is not read, but must be valid).
+DF_DEV void cp_async16_or_zero(void* smem, const void* gmem, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem)), "l"(gmem), "r"(ok ? 16 : 0)
+                 : "memory");
+}
 DF_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 DF_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }

@@ -55,19 +55,31 @@ __global__ void swiglu_kernel(float* g, const float* u, int64_t n) {
 
 // One thread per channel walks the T tokens with a sliding window of the last taps-1 inputs
 // (ggml sums the taps in order, in float, each product rounded).
+// Block = 32 channels x kConvSegs token segments: a thread runs the conv over its segment. The
+// kTaps - 1 inputs before a segment (another thread's, or the state) are read before a barrier,
+// since x is overwritten in place. Arithmetic per output as the CPU backend's.
+constexpr int kConvChans = 32, kConvSegs = kThreads / kConvChans;
 template <int kTaps>
-__global__ void gdn_conv_kernel(float* x, int T, int C, const float* w, float* state) {
+__global__ void __launch_bounds__(kThreads) gdn_conv_kernel(float* x, int T, int C, const float* w, float* state) {
     pdl_begin();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    const int c = blockIdx.x * kConvChans + (threadIdx.x % kConvChans), seg = threadIdx.x / kConvChans;
+    const int len = (T + kConvSegs - 1) / kConvSegs, t0 = seg * len, t1 = min(T, t0 + len);
+    const bool live = c < C;
     float win[kTaps], wc[kTaps];
 #pragma unroll
-    for (int i = 0; i < kTaps; ++i) wc[i] = w[static_cast<int64_t>(c) * kTaps + i];
+    for (int i = 0; i < kTaps; ++i) wc[i] = live ? w[static_cast<int64_t>(c) * kTaps + i] : 0.f;
 #pragma unroll
-    for (int i = 0; i < kTaps - 1; ++i) win[i] = state[static_cast<int64_t>(i) * C + c];
-    for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < kTaps - 1; ++i) {  // input t0 - (kTaps - 1) + i
+        const int t = t0 - (kTaps - 1) + i;
+        win[i] = !live ? 0.f : t >= 0 ? x[static_cast<int64_t>(t) * C + c] : state[static_cast<int64_t>(t + kTaps - 1) * C + c];
+    }
+    __syncthreads();  // every segment's preceding inputs are read before any output is written
+    if (!live) return;
+    float next = t0 < t1 ? x[static_cast<int64_t>(t0) * C + c] : 0.f;
+    for (int t = t0; t < t1; ++t) {
         float* xp = x + static_cast<int64_t>(t) * C + c;
-        win[kTaps - 1] = *xp;
+        win[kTaps - 1] = next;
+        if (t + 1 < t1) next = xp[C];  // issued before this token's store
         float sum = 0.f;
 #pragma unroll
         for (int i = 0; i < kTaps; ++i) sum = __fadd_rn(sum, __fmul_rn(win[i], wc[i]));
@@ -75,8 +87,12 @@ __global__ void gdn_conv_kernel(float* x, int T, int C, const float* w, float* s
 #pragma unroll
         for (int i = 0; i < kTaps - 1; ++i) win[i] = win[i + 1];
     }
+    // The last kTaps - 1 inputs become the state: the last segment holds them (T >= kTaps - 1),
+    // else the window of whichever segment ended at T does.
+    if (t1 == T && t0 < t1) {
 #pragma unroll
-    for (int i = 0; i < kTaps - 1; ++i) state[static_cast<int64_t>(i) * C + c] = win[i];
+        for (int i = 0; i < kTaps - 1; ++i) state[static_cast<int64_t>(i) * C + c] = win[i];
+    }
 }
 
 // argmax in one pass over the whole GPU: each block reduces a slice of a row and folds its
@@ -143,7 +159,7 @@ void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
 
 void launch_gdn_conv(float* x, int T, int channels, int taps, const float* w, float* conv_state, cudaStream_t s) {
     if (T <= 0) return;
-    const int blocks = blocks_for(channels);
+    const int blocks = (channels + kConvChans - 1) / kConvChans;
     switch (taps) {
         case 2: launch(gdn_conv_kernel<2>, blocks, kThreads, 0, s, x, T, channels, w, conv_state); break;
         case 3: launch(gdn_conv_kernel<3>, blocks, kThreads, 0, s, x, T, channels, w, conv_state); break;

@@ -44,34 +44,62 @@ __global__ void __launch_bounds__(kGdnWarps * 32) gdn_delta_kernel(const GdnArgs
     const float out_scale = 1.0f / sqrtf(static_cast<float>(D));
     const float dt_bias = a.dt_bias[j], a_neg = a.a_neg[j];
 
-    for (int t = 0; t < a.T; ++t) {
+    // A token's inputs (q, k normalized; v; decay; beta) do not depend on the state: they are
+    // loaded two tokens ahead and prepared one token ahead, so only the state's own chain (two
+    // reductions per token) is serial.
+    struct Raw {
+        float q[NPL], k[NPL], v, alpha, beta;
+    };
+    struct Tok {
+        float q[NPL], k[NPL], v, decay, b;
+    };
+    auto load = [&](int t, Raw& r) {
         const float* row = a.qkv + t * C;
-        float q[NPL], k[NPL];
 #pragma unroll
         for (int m = 0; m < NPL; ++m) {
-            q[m] = row[kh * D + m * 32 + lane];
-            k[m] = row[(Hk + kh) * D + m * 32 + lane];
+            r.q[m] = row[kh * D + m * 32 + lane];
+            r.k[m] = row[(Hk + kh) * D + m * 32 + lane];
         }
-        const float v = row[2 * Hk * D + j * D + c];
-        const float g = __fmul_rn(softplus_f(__fadd_rn(a.alpha[static_cast<int64_t>(t) * Hv + j], dt_bias)), a_neg);
-        const float decay = expf(g);
-        const float b = sigmoid_f(a.beta[static_cast<int64_t>(t) * Hv + j]);
-        l2_normalize(q, a.eps);
-        l2_normalize(k, a.eps);
+        r.v = row[2 * Hk * D + j * D + c];
+        r.alpha = a.alpha[static_cast<int64_t>(t) * Hv + j];
+        r.beta = a.beta[static_cast<int64_t>(t) * Hv + j];
+    };
+    auto prepare = [&](Raw& r, Tok& p) {
+        l2_normalize(r.q, a.eps);
+        l2_normalize(r.k, a.eps);
+#pragma unroll
+        for (int m = 0; m < NPL; ++m) {
+            p.q[m] = r.q[m];
+            p.k[m] = r.k[m];
+        }
+        p.v = r.v;
+        p.decay = expf(__fmul_rn(softplus_f(__fadd_rn(r.alpha, dt_bias)), a_neg));
+        p.b = sigmoid_f(r.beta);
+    };
+    Raw raw;
+    Tok next;
+    load(0, raw);
+    prepare(raw, next);
+    if (a.T > 1) load(1, raw);
+
+    for (int t = 0; t < a.T; ++t) {
+        const Tok cur = next;
+        if (t + 1 < a.T) prepare(raw, next);
+        if (t + 2 < a.T) load(t + 2, raw);
 
         float u = 0.f;
 #pragma unroll
         for (int m = 0; m < NPL; ++m) {
-            s[m] *= decay;
-            u = fmaf(s[m], k[m], u);
+            s[m] *= cur.decay;
+            u = fmaf(s[m], cur.k[m], u);
         }
         u = warp_sum(u);
-        const float d = b * (v - u);
+        const float d = cur.b * (cur.v - u);
         float o = 0.f;
 #pragma unroll
         for (int m = 0; m < NPL; ++m) {
-            s[m] = fmaf(k[m], d, s[m]);
-            o = fmaf(s[m], q[m], o);
+            s[m] = fmaf(cur.k[m], d, s[m]);
+            o = fmaf(s[m], cur.q[m], o);
         }
         o = warp_sum(o);
         if (lane == 0) a.out[static_cast<int64_t>(t) * Hv * D + static_cast<int64_t>(j) * D + c] = o * out_scale;

@@ -13,7 +13,8 @@
 // which makes lane (g, q)'s B the 16 contiguous bytes of token g's halves 8q .. 8q+7: one LDS.128
 // per n8 tile, step and half (a sum does not care about order).
 //
-// Block: 4 warps (2 x 2) over 128 rows x 128 tokens, warp tile 64 x 64; K steps of one slab.
+// Block: 4 warps (2 x 2) over 128 rows x 16 NJ tokens, warp tile 64 rows x NJ n8 tiles (NJ = 8:
+// 2 blocks per SM, 4: 3 blocks, more warps to hide latency); K steps of one slab.
 // Weights are staged one decoder unit at a time (256 columns, Q8_0 64) in a ring of unit slots,
 // activations in a ring of kQgStages slabs, all by cp.async. Small grids split K over
 // blockIdx.z; the partial sums are added in a fixed order (launch_gemm_reduce): deterministic.
@@ -29,8 +30,12 @@
 
 namespace df::cuda {
 
-inline constexpr int kQgThreads = 128, kQgBM = 128, kQgBN = 128, kQgStages = 4;
-inline constexpr int kQgSlabBytes = kQgBN * 128;  // 128 tokens x 32 columns x (hi, lo) halves
+inline constexpr int kQgThreads = 128, kQgBM = kQGemmTileRows, kQgStages = 4;
+static_assert(kQgBM == 128, "two warps of 64 rows");
+template <int NJ>
+constexpr int qg_bn() { return qgemm_tile_tokens(NJ); }
+template <int NJ>
+constexpr int qg_slab_bytes() { return qg_bn<NJ>() * 128; }  // tokens x 32 columns x (hi, lo) halves
 
 // Four signed bytes times s as f16 pairs, exactly: 0x64XX is 1024 + XX in f16, so with
 // u = b + 128 one FMA gives (1024 + u) s - 1152 s = b s (exact for |b s| < 2048; 1152 s is
@@ -142,15 +147,16 @@ template <class G>
 constexpr int qg_unit_bytes() { return kQgBM * (G::kStride + G::kHead); }
 template <class G>
 constexpr int qg_tabs_bytes() { return (static_cast<int>(sizeof(typename G::Tabs)) + 15) / 16 * 16; }
-template <class G>
-constexpr int qg_smem_bytes() { return qg_tabs_bytes<G>() + qg_unit_slots<G>() * qg_unit_bytes<G>() + kQgStages * kQgSlabBytes; }
+template <class G, int NJ>
+constexpr int qg_smem_bytes() { return qg_tabs_bytes<G>() + qg_unit_slots<G>() * qg_unit_bytes<G>() + kQgStages * qg_slab_bytes<NJ>(); }
 
 DF_DEV uint4 lds_u4(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 
-template <Type TY>
-__global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a) {
+template <Type TY, int NJ>
+__global__ void __launch_bounds__(kQgThreads, qgemm_blocks_per_sm(NJ)) qgemm_kernel(const QGemmArgs a) {
     using G = GemmQ<TY>;
     constexpr int S = kQgStages, SPU = qg_slabs_per_unit<G>(), US = qg_unit_slots<G>(), UB = qg_unit_bytes<G>();
+    constexpr int BN = qg_bn<NJ>(), kSlabBytes = qg_slab_bytes<NJ>();
     constexpr int kPerRow = G::kBody / G::kCopy;
     extern __shared__ __align__(16) uint8_t smem[];
     auto& tabs = *reinterpret_cast<typename G::Tabs*>(smem);
@@ -159,7 +165,7 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int rows = a.w.rows, T = a.T;
-    const int m0 = blockIdx.x * kQgBM, n0 = blockIdx.y * kQgBN;
+    const int m0 = blockIdx.x * kQgBM, n0 = blockIdx.y * BN;
     // This block's K range in units (split-K), as local slab indices 0 .. nk-1.
     const int units = a.w.cols / G::kUnitCols;
     const int u0 = static_cast<int>(static_cast<int64_t>(blockIdx.z) * units / a.splits);
@@ -168,34 +174,35 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a)
 
     pdl_trigger();
     G::load_tabs(tabs, a.itables);
+    // Copy roles, fixed per thread so a step issues its copies with no index math: thread t
+    // copies row t of every unit (kBody bytes, then its head) and, of every slab, chunk t % 8 of
+    // tokens t / 8 + 16 k (k < BN / 16); tokens past T are zero-filled.
+    static_assert(kQgBM == kQgThreads, "a thread per staged row");
+    const uint8_t* const a_src = a.w.data + static_cast<size_t>(min(m0 + tid, rows - 1)) * a.w.row_stride;
+    const int b_ch = tid & 7, b_n = tid >> 3;
+    const size_t tok_halves = 2 * static_cast<size_t>(a.w.cols);
+    const uint16_t* const b_src = a.xhl + static_cast<size_t>(n0 + b_n) * tok_halves + b_ch * 8;
+    const int b_dst = b_n * 128 + ((b_ch ^ ((b_n & 1) << 2)) << 4);
     auto issue_unit = [&](int lu) {  // local unit lu into slot lu % US (weights: before pdl_wait too)
         const int u = u0 + lu;
         uint8_t* dst = units_smem + (lu % US) * UB;
-        for (int c = tid; c < kQgBM * kPerRow; c += kQgThreads) {
-            const int r = c / kPerRow, col = (c % kPerRow) * G::kCopy;
-            const uint8_t* row = a.w.data + static_cast<size_t>(min(m0 + r, rows - 1)) * a.w.row_stride;
-            cp_async<G::kCopy>(dst + r * G::kStride + col, row + static_cast<size_t>(u) * G::kBody + col);
-        }
-        if constexpr (G::kHead > 0) {
-            for (int r = tid; r < kQgBM; r += kQgThreads) {
-                const uint8_t* row = a.w.data + static_cast<size_t>(min(m0 + r, rows - 1)) * a.w.row_stride;
-                cp_async<G::kHead>(dst + kQgBM * G::kStride + r * G::kHead, row + a.w.head_off + G::head_src(u));
-            }
-        }
+        const uint8_t* src = a_src + static_cast<size_t>(u) * G::kBody;
+#pragma unroll
+        for (int j = 0; j < kPerRow; ++j) cp_async<G::kCopy>(dst + tid * G::kStride + j * G::kCopy, src + j * G::kCopy);
+        if constexpr (G::kHead > 0)
+            cp_async<G::kHead>(dst + kQgBM * G::kStride + tid * G::kHead, a_src + a.w.head_off + G::head_src(u));
     };
     // Slab i's activations into stage i % S (and the unit starting there); always commits a group,
     // so "all but the newest S - 2 groups are done" means "slab i has landed".
-    const size_t tok_halves = 2 * static_cast<size_t>(a.w.cols);
     auto issue = [&](int i) {
         if (i < nk) {
             if (i > 0 && i % SPU == 0) issue_unit(i / SPU);
-            uint8_t* dst = slabs_smem + (i % S) * kQgSlabBytes;
-            const size_t col = (static_cast<size_t>(u0) * SPU + i) * 64;  // halves: 32 hi + 32 lo per slab
+            uint8_t* dst = slabs_smem + (i % S) * kSlabBytes + b_dst;
+            const uint16_t* src = b_src + (static_cast<size_t>(u0) * SPU + i) * 64;  // halves: 32 hi + 32 lo per slab
 #pragma unroll
-            for (int k = 0; k < kQgBN * 8 / kQgThreads; ++k) {
-                const int c = tid + k * kQgThreads, n = c >> 3, ch = c & 7;
-                const uint16_t* src = a.xhl + static_cast<size_t>(min(n0 + n, T - 1)) * tok_halves + col + ch * 8;
-                cp_async<16>(dst + n * 128 + ((ch ^ ((n & 1) << 2)) << 4), src);
+            for (int k = 0; k < BN / 16; ++k) {
+                const bool ok = n0 + b_n + 16 * k < T;
+                cp_async16_or_zero(dst + k * 16 * 128, ok ? src + k * 16 * tok_halves : a.xhl, ok);
             }
         }
         cp_async_commit();
@@ -207,12 +214,12 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a)
     for (int i = 0; i < S - 1; ++i) issue(i);
 
     const ImmaLane ln = G::lane(tabs, lane);
-    const int wm = (warp & 1) * 64, wn = (warp >> 1) * 64;
-    float acc[4][8][4];
+    const int wm = (warp & 1) * 64, wn = (warp >> 1) * 8 * NJ;
+    float acc[4][NJ][4];
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-        for (int nj = 0; nj < 8; ++nj)
+        for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.f;
     const int swz = (g & 1) << 2;  // tokens wn + 8 nj + g: odd ones have their halves swapped
@@ -224,7 +231,7 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a)
         const int lu = i / SPU, m = i % SPU;
         const uint8_t* us = units_smem + (lu % US) * UB;
         const uint8_t* hs = us + kQgBM * G::kStride;
-        const uint8_t* bs = slabs_smem + (i % S) * kQgSlabBytes;
+        const uint8_t* bs = slabs_smem + (i % S) * kSlabBytes;
         uint32_t af[4][2][4];
         float sc[4][2];
 #pragma unroll
@@ -239,7 +246,7 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a)
             sc[mi][1] = G::scale(us + r1 * G::kStride, hs + r1 * G::kHead, u0 + lu, m);
         }
 #pragma unroll
-        for (int nj = 0; nj < 8; ++nj) {
+        for (int nj = 0; nj < NJ; ++nj) {
             const uint8_t* bt = bs + (wn + 8 * nj + g) * 128;
             const uint4 bh = lds_u4(bt + ((q ^ swz) << 4)), bl = lds_u4(bt + (((4 + q) ^ swz) << 4));
 #pragma unroll
@@ -262,7 +269,7 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a)
     float* const dst = a.splits > 1 ? a.partial + static_cast<size_t>(blockIdx.z) * T * rows : a.out;
     const bool add = a.splits == 1 && a.accumulate;
 #pragma unroll
-    for (int nj = 0; nj < 8; ++nj)
+    for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int t = n0 + wn + 8 * nj + 2 * q + h;
@@ -281,21 +288,29 @@ __global__ void __launch_bounds__(kQgThreads, 2) qgemm_kernel(const QGemmArgs a)
         }
 }
 
-template <Type TY>
-void qgemm_launch(const QGemmArgs& a, cudaStream_t s) {
-    using G = GemmQ<TY>;
-    constexpr int smem = qg_smem_bytes<G>();
-    static_assert(2 * (smem + 1024) <= 228 * 1024, "qgemm: two blocks must fit an SM");
-    DF_CUDA_REQUIRE(a.T > 0 && a.w.cols % G::kUnitCols == 0, "qgemm: cols must be a multiple of the unit");
-    DF_CUDA_REQUIRE(a.splits >= 1 && a.splits <= a.w.cols / G::kUnitCols && (a.splits == 1 || a.partial),
-                    "qgemm: bad split");
+template <Type TY, int NJ>
+void qgemm_launch_nj(const QGemmArgs& a, cudaStream_t s) {
+    constexpr int smem = qg_smem_bytes<GemmQ<TY>, NJ>();
+    static_assert(qgemm_blocks_per_sm(NJ) * (smem + 1024) <= 228 * 1024, "qgemm: the blocks per SM must fit");
     static bool attr_set = false;  // ops are issued from one thread
     if (!attr_set) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_kernel<TY, NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
-    const dim3 grid((a.w.rows + kQgBM - 1) / kQgBM, (a.T + kQgBN - 1) / kQgBN, a.splits);
-    launch(qgemm_kernel<TY>, grid, kQgThreads, smem, s, a);
+    const dim3 grid((a.w.rows + kQgBM - 1) / kQgBM, (a.T + qg_bn<NJ>() - 1) / qg_bn<NJ>(), a.splits);
+    launch(qgemm_kernel<TY, NJ>, grid, kQgThreads, smem, s, a);
+}
+
+template <Type TY>
+void qgemm_launch(const QGemmArgs& a, cudaStream_t s) {
+    DF_CUDA_REQUIRE(a.T > 0 && a.w.cols % GemmQ<TY>::kUnitCols == 0, "qgemm: cols must be a multiple of the unit");
+    DF_CUDA_REQUIRE(a.splits >= 1 && a.splits <= a.w.cols / GemmQ<TY>::kUnitCols && (a.splits == 1 || a.partial),
+                    "qgemm: bad split");
+    DF_CUDA_REQUIRE(a.nj == 4 || a.nj == 8, "qgemm: nj must be 4 or 8");
+    if (a.nj == 8)
+        qgemm_launch_nj<TY, 8>(a, s);
+    else
+        qgemm_launch_nj<TY, 4>(a, s);
 }
 
 template <Type TY>

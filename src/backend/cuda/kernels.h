@@ -98,6 +98,7 @@ struct QGemmArgs {
     int T = 0;
     float* out = nullptr;
     bool accumulate = false;
+    int nj = 8;                     // n8 tiles per warp: 8 or 4 (qgemm_tile_tokens)
     int splits = 1;                 // K ranges over blockIdx.z; > 1: partial sums, then launch_gemm_reduce
     float* partial = nullptr;       // splits * T * rows floats when splits > 1
     const ImmaTables* itables = nullptr;
@@ -106,8 +107,10 @@ struct QGemmEntry {
     void (*launch)(const QGemmArgs&, cudaStream_t) = nullptr;  // nullptr: no exact-f16 GEMM
     int unit = 0;                                               // cols must be a multiple of it
 };
-// Rows and tokens of one qgemm block (the launcher sizes splits from the grid).
-constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128;
+// Rows and tokens of one qgemm block, and blocks resident per SM (the caller sizes splits from them).
+constexpr int kQGemmTileRows = 128;
+constexpr int qgemm_tile_tokens(int nj) { return 16 * nj; }
+constexpr int qgemm_blocks_per_sm(int nj) { return nj == 8 ? 2 : 3; }
 
 struct QuantOps {
     int unit;  // elements per decode unit: cols must be a multiple of it for matmul
