@@ -6,7 +6,8 @@
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
 #        phases: info tests golden eval bench-kernels profile bench-models step-profile prefill-profile
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
-#                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill in chunks of 512)
+#                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
+#                PREFILL_PROFILE="preset:tokens ..." overrides)
 #
 # The device has CUDA 13 but no build dependencies (fmt, CLI11, gtest, ...): binaries are built
 # on this machine and carried (about 16 MB compressed). Logs go to $OUT (the device tool fetches it).
@@ -119,10 +120,10 @@ PY
         ;; esac
     case ",$phases," in *,prefill-profile,*)
         echo "== prefill, kernel by kernel (ncu, serialized; a warm-up pass and one measured pass)"
-        for pp in qwen3-4b-q8_0:2048 saluki-27b-iq2mix:1024; do
+        for pp in ${PREFILL_PROFILE:-qwen3-4b-q8_0:2048 saluki-27b-iq2mix:1024}; do
             local p=${pp%%:*} n=${pp##*:}
             [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
-            ncu --metrics gpu__time_duration.sum --csv $D bench -m "/tmp/$p.gguf" --backend cuda --chunk 512 -p "$n" -n 1 \
+            ncu --metrics gpu__time_duration.sum --csv $D bench -m "/tmp/$p.gguf" --backend cuda -p "$n" -n 1 \
                 --reps 1 > "$out/prefill_$p.csv" 2>/dev/null
             python3 scripts/step_profile.py --all "$out/prefill_$p.csv" | head -n 25 | tee "$out/prefill_$p.txt"
         done

@@ -87,7 +87,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* m = std::getenv("DF_CUDA_MATVEC")) imma_ = std::string(m) != "f32";
     if (const char* m = std::getenv("DF_CUDA_IMMA_SKIP")) imma_skip_ = m;  // block type names, for A/B runs
     if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
-    if (const char* q = std::getenv("DF_CUDA_QGEMM_NJ")) qgemm_nj_ = std::string(q) == "4" ? 4 : 8;  // A/B runs
     synchronize();
 }
 
@@ -390,13 +389,11 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     a.out = out;
     a.accumulate = accumulate;
     a.itables = imma_tables_;
-    a.nj = qgemm_nj_;
     // Split K when that fills the waves of resident blocks better: the estimated time of s splits
     // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;
     // at least two units per range, partial sums within the scratch. Deterministic either way.
-    const int64_t tiles = ((w.rows + kQGemmTileRows - 1) / kQGemmTileRows) *
-                          ((T + qgemm_tile_tokens(a.nj) - 1) / qgemm_tile_tokens(a.nj));
-    const int64_t slots = static_cast<int64_t>(qgemm_blocks_per_sm(a.nj)) * sm_count_;
+    const int64_t tiles = ((w.rows + kQGemmTileRows - 1) / kQGemmTileRows) * ((T + kQGemmTileTokens - 1) / kQGemmTileTokens);
+    const int64_t slots = static_cast<int64_t>(kQGemmBlocksPerSm) * sm_count_;
     const int64_t max_splits = may_split ? std::min<int64_t>({8, w.cols / e.unit / 2, kQGemmPartialFloats / (int64_t{T} * w.rows)}) : 1;
     int64_t splits = 1;
     double best = 1e30;
@@ -621,6 +618,17 @@ void CudaBackend::gdn_delta(const float* qkv, const float* alpha, const float* b
     a.eps = eps;
     a.state = state;
     a.out = out;
+    // Prefill: per-head inputs prepared once (the scratch grows on demand; never while a graph
+    // is recorded, and decode keeps the single fused kernel).
+    const size_t prep = static_cast<size_t>(T) * gdn_prep_floats_per_token(g.k_heads, g.v_heads, g.head_dim);
+    if (T > 8 && !capturing_) {
+        if (prep > gdn_prep_floats_) {
+            release(gdn_prep_);
+            gdn_prep_ = static_cast<float*>(alloc(sizeof(float) * prep, MemKind::scratch));
+            gdn_prep_floats_ = prep;
+        }
+        a.prep = gdn_prep_;
+    }
     launch_gdn_delta(a, stream_);
 }
 

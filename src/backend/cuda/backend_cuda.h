@@ -71,7 +71,6 @@ public:
     // Prefill GEMM on exact f16 weights (gemm_q.cuh) where the type has it: on by default
     // (DF_CUDA_QGEMM=0 turns it off); off, the dequantizing bf16 GEMM runs. For tests and A/B runs.
     void set_qgemm(bool on) { qgemm_ = on; }
-    void set_qgemm_nj(int nj) { qgemm_nj_ = nj == 4 ? 4 : 8; }  // its tile: 8 or 4 n8 tiles per warp
     bool gemm_on_exact_f16(const Weight& w, int T) const { return use_qgemm(w, T); }
     // Launches the held-back matmuls and attention prep (every op and memory call does this first).
     void flush();
@@ -129,12 +128,13 @@ private:
     const float* xq_src_ = nullptr;     // the activations xq_ currently holds (T xq_T_, xq_n_ columns)
     int xq_T_ = 0, xq_n_ = 0;
     bool qgemm_ = true;                 // exact-f16 prefill GEMM where the type has it
-    int qgemm_nj_ = 8;                  // its n8 tiles per warp (DF_CUDA_QGEMM_NJ=4 for A/B runs)
     uint16_t* qg_x_ = nullptr;          // its converted activations (hi/lo halves) ...
     float* qg_inv_ = nullptr;           // ... and per-token scales
     size_t qg_x_halves_ = 0;
     int qg_T_ = 0;
     float* qg_partial_ = nullptr;       // split-K partial sums (main stream only)
+    float* gdn_prep_ = nullptr;         // prefill delta rule: prepared per-head inputs
+    size_t gdn_prep_floats_ = 0;
     float* imma_partial_ = nullptr;     // stream-K partial sums, one region per stream
     unsigned* imma_counters_ = nullptr; // stream-K tile counters, imma_tiles_ per stream
     int imma_tiles_ = 0;

@@ -26,7 +26,33 @@ __device__ void l2_normalize(float (&x)[NPL], float eps) {
     for (int m = 0; m < NPL; ++m) x[m] = __fmul_rn(x[m], scale);
 }
 
+// The per-token inputs that do not depend on the state, once per (token, head) instead of once
+// per value column: q and k of each key head L2-normalized, decay and beta of each value head.
+// Layout of a.prep per token: q (Hk x D), k (Hk x D), then (decay, b) per value head.
 template <int NPL>
+__global__ void __launch_bounds__(kGdnWarps * 32) gdn_prep_kernel(const GdnArgs a) {
+    pdl_begin();
+    constexpr int D = 32 * NPL;
+    const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int Hk = a.k_heads, Hv = a.v_heads;
+    const float* row = a.qkv + static_cast<int64_t>(t) * (2 * Hk + Hv) * D;
+    float* p = a.prep + gdn_prep_floats_per_token(Hk, Hv, D) * t;
+    for (int h = warp; h < 2 * Hk; h += kGdnWarps) {  // q heads, then k heads
+        float x[NPL];
+#pragma unroll
+        for (int m = 0; m < NPL; ++m) x[m] = row[h * D + m * 32 + lane];
+        l2_normalize(x, a.eps);
+#pragma unroll
+        for (int m = 0; m < NPL; ++m) p[h * D + m * 32 + lane] = x[m];
+    }
+    for (int j = threadIdx.x; j < Hv; j += blockDim.x) {
+        const float g = __fmul_rn(softplus_f(__fadd_rn(a.alpha[static_cast<int64_t>(t) * Hv + j], a.dt_bias[j])), a.a_neg[j]);
+        p[2 * Hk * D + 2 * j] = expf(g);
+        p[2 * Hk * D + 2 * j + 1] = sigmoid_f(a.beta[static_cast<int64_t>(t) * Hv + j]);
+    }
+}
+
+template <int NPL, bool kPrep>
 __global__ void __launch_bounds__(kGdnWarps * 32) gdn_delta_kernel(const GdnArgs a) {
     pdl_begin();
     constexpr int D = 32 * NPL;
@@ -53,28 +79,52 @@ __global__ void __launch_bounds__(kGdnWarps * 32) gdn_delta_kernel(const GdnArgs
     struct Tok {
         float q[NPL], k[NPL], v, decay, b;
     };
+    const int64_t P = gdn_prep_floats_per_token(Hk, Hv, D);
     auto load = [&](int t, Raw& r) {
         const float* row = a.qkv + t * C;
+        if constexpr (kPrep) {  // normalized already; alpha, beta hold decay and b
+            const float* p = a.prep + P * t;
 #pragma unroll
-        for (int m = 0; m < NPL; ++m) {
-            r.q[m] = row[kh * D + m * 32 + lane];
-            r.k[m] = row[(Hk + kh) * D + m * 32 + lane];
+            for (int m = 0; m < NPL; ++m) {
+                r.q[m] = p[kh * D + m * 32 + lane];
+                r.k[m] = p[(Hk + kh) * D + m * 32 + lane];
+            }
+            r.v = row[2 * Hk * D + j * D + c];
+            r.alpha = p[2 * Hk * D + 2 * j];
+            r.beta = p[2 * Hk * D + 2 * j + 1];
+        } else {
+#pragma unroll
+            for (int m = 0; m < NPL; ++m) {
+                r.q[m] = row[kh * D + m * 32 + lane];
+                r.k[m] = row[(Hk + kh) * D + m * 32 + lane];
+            }
+            r.v = row[2 * Hk * D + j * D + c];
+            r.alpha = a.alpha[static_cast<int64_t>(t) * Hv + j];
+            r.beta = a.beta[static_cast<int64_t>(t) * Hv + j];
         }
-        r.v = row[2 * Hk * D + j * D + c];
-        r.alpha = a.alpha[static_cast<int64_t>(t) * Hv + j];
-        r.beta = a.beta[static_cast<int64_t>(t) * Hv + j];
     };
     auto prepare = [&](Raw& r, Tok& p) {
-        l2_normalize(r.q, a.eps);
-        l2_normalize(r.k, a.eps);
+        if constexpr (kPrep) {
 #pragma unroll
-        for (int m = 0; m < NPL; ++m) {
-            p.q[m] = r.q[m];
-            p.k[m] = r.k[m];
+            for (int m = 0; m < NPL; ++m) {
+                p.q[m] = r.q[m];
+                p.k[m] = r.k[m];
+            }
+            p.v = r.v;
+            p.decay = r.alpha;
+            p.b = r.beta;
+        } else {
+            l2_normalize(r.q, a.eps);
+            l2_normalize(r.k, a.eps);
+#pragma unroll
+            for (int m = 0; m < NPL; ++m) {
+                p.q[m] = r.q[m];
+                p.k[m] = r.k[m];
+            }
+            p.v = r.v;
+            p.decay = expf(__fmul_rn(softplus_f(__fadd_rn(r.alpha, dt_bias)), a_neg));
+            p.b = sigmoid_f(r.beta);
         }
-        p.v = r.v;
-        p.decay = expf(__fmul_rn(softplus_f(__fadd_rn(r.alpha, dt_bias)), a_neg));
-        p.b = sigmoid_f(r.beta);
     };
     Raw raw;
     Tok next;
@@ -108,22 +158,33 @@ __global__ void __launch_bounds__(kGdnWarps * 32) gdn_delta_kernel(const GdnArgs
     for (int m = 0; m < NPL; ++m) S[m * 32 + lane] = s[m];
 }
 
+
+template <int NPL>
+void gdn_launch(const GdnArgs& a, cudaStream_t s) {
+    const dim3 grid(a.v_heads, (a.head_dim + kGdnWarps - 1) / kGdnWarps);
+    if (a.prep) {
+        launch(gdn_prep_kernel<NPL>, a.T, kGdnWarps * 32, 0, s, a);
+        launch(gdn_delta_kernel<NPL, true>, grid, kGdnWarps * 32, 0, s, a);
+    } else {
+        launch(gdn_delta_kernel<NPL, false>, grid, kGdnWarps * 32, 0, s, a);
+    }
+}
+
 }  // namespace
 
 void launch_gdn_delta(const GdnArgs& a, cudaStream_t s) {
     if (a.T <= 0) return;
     DF_CUDA_REQUIRE(a.head_dim % 32 == 0 && a.head_dim <= 256, "gdn_delta: head_dim must be 32, 64, ..., 256");
     DF_CUDA_REQUIRE(a.v_heads % a.k_heads == 0, "gdn_delta: v_heads must be a multiple of k_heads");
-    const dim3 grid(a.v_heads, (a.head_dim + kGdnWarps - 1) / kGdnWarps);
     switch (a.head_dim / 32) {
-        case 1: launch(gdn_delta_kernel<1>, grid, kGdnWarps * 32, 0, s, a); break;
-        case 2: launch(gdn_delta_kernel<2>, grid, kGdnWarps * 32, 0, s, a); break;
-        case 3: launch(gdn_delta_kernel<3>, grid, kGdnWarps * 32, 0, s, a); break;
-        case 4: launch(gdn_delta_kernel<4>, grid, kGdnWarps * 32, 0, s, a); break;
-        case 5: launch(gdn_delta_kernel<5>, grid, kGdnWarps * 32, 0, s, a); break;
-        case 6: launch(gdn_delta_kernel<6>, grid, kGdnWarps * 32, 0, s, a); break;
-        case 7: launch(gdn_delta_kernel<7>, grid, kGdnWarps * 32, 0, s, a); break;
-        case 8: launch(gdn_delta_kernel<8>, grid, kGdnWarps * 32, 0, s, a); break;
+        case 1: gdn_launch<1>(a, s); break;
+        case 2: gdn_launch<2>(a, s); break;
+        case 3: gdn_launch<3>(a, s); break;
+        case 4: gdn_launch<4>(a, s); break;
+        case 5: gdn_launch<5>(a, s); break;
+        case 6: gdn_launch<6>(a, s); break;
+        case 7: gdn_launch<7>(a, s); break;
+        case 8: gdn_launch<8>(a, s); break;
     }
 }
 

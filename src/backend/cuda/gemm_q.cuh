@@ -13,8 +13,9 @@
 // which makes lane (g, q)'s B the 16 contiguous bytes of token g's halves 8q .. 8q+7: one LDS.128
 // per n8 tile, step and half (a sum does not care about order).
 //
-// Block: 4 warps (2 x 2) over 128 rows x 16 NJ tokens, warp tile 64 rows x NJ n8 tiles (NJ = 8:
-// 2 blocks per SM, 4: 3 blocks, more warps to hide latency); K steps of one slab.
+// Block: 4 warps (2 x 2) over 128 rows x 128 tokens, warp tile 64 x 64 (2 blocks per SM: the
+// registers bound it; 64 x 32 warp tiles with 3 blocks per SM measured 10-25 % slower); K steps
+// of one slab.
 // Weights are staged one decoder unit at a time (256 columns, Q8_0 64) in a ring of unit slots,
 // activations in a ring of kQgStages slabs, all by cp.async. Small grids split K over
 // blockIdx.z; the partial sums are added in a fixed order (launch_gemm_reduce): deterministic.
@@ -30,12 +31,10 @@
 
 namespace df::cuda {
 
-inline constexpr int kQgThreads = 128, kQgBM = kQGemmTileRows, kQgStages = 4;
-static_assert(kQgBM == 128, "two warps of 64 rows");
-template <int NJ>
-constexpr int qg_bn() { return qgemm_tile_tokens(NJ); }
-template <int NJ>
-constexpr int qg_slab_bytes() { return qg_bn<NJ>() * 128; }  // tokens x 32 columns x (hi, lo) halves
+inline constexpr int kQgThreads = 128, kQgBM = kQGemmTileRows, kQgBN = kQGemmTileTokens, kQgStages = 4;
+inline constexpr int kQgNJ = kQgBN / 16;             // n8 tiles per warp
+inline constexpr int kQgSlabBytes = kQgBN * 128;     // tokens x 32 columns x (hi, lo) halves
+static_assert(kQgBM == 128 && kQgBN == 128, "2 x 2 warps of 64 x 64");
 
 // Four signed bytes times s as f16 pairs, exactly: 0x64XX is 1024 + XX in f16, so with
 // u = b + 128 one FMA gives (1024 + u) s - 1152 s = b s (exact for |b s| < 2048; 1152 s is
@@ -147,16 +146,16 @@ template <class G>
 constexpr int qg_unit_bytes() { return kQgBM * (G::kStride + G::kHead); }
 template <class G>
 constexpr int qg_tabs_bytes() { return (static_cast<int>(sizeof(typename G::Tabs)) + 15) / 16 * 16; }
-template <class G, int NJ>
-constexpr int qg_smem_bytes() { return qg_tabs_bytes<G>() + qg_unit_slots<G>() * qg_unit_bytes<G>() + kQgStages * qg_slab_bytes<NJ>(); }
+template <class G>
+constexpr int qg_smem_bytes() { return qg_tabs_bytes<G>() + qg_unit_slots<G>() * qg_unit_bytes<G>() + kQgStages * kQgSlabBytes; }
 
 DF_DEV uint4 lds_u4(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 
-template <Type TY, int NJ>
-__global__ void __launch_bounds__(kQgThreads, qgemm_blocks_per_sm(NJ)) qgemm_kernel(const QGemmArgs a) {
+template <Type TY>
+__global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(const QGemmArgs a) {
     using G = GemmQ<TY>;
     constexpr int S = kQgStages, SPU = qg_slabs_per_unit<G>(), US = qg_unit_slots<G>(), UB = qg_unit_bytes<G>();
-    constexpr int BN = qg_bn<NJ>(), kSlabBytes = qg_slab_bytes<NJ>();
+    constexpr int BN = kQgBN, NJ = kQgNJ, kSlabBytes = kQgSlabBytes;
     constexpr int kPerRow = G::kBody / G::kCopy;
     extern __shared__ __align__(16) uint8_t smem[];
     auto& tabs = *reinterpret_cast<typename G::Tabs*>(smem);
@@ -288,29 +287,20 @@ __global__ void __launch_bounds__(kQgThreads, qgemm_blocks_per_sm(NJ)) qgemm_ker
         }
 }
 
-template <Type TY, int NJ>
-void qgemm_launch_nj(const QGemmArgs& a, cudaStream_t s) {
-    constexpr int smem = qg_smem_bytes<GemmQ<TY>, NJ>();
-    static_assert(qgemm_blocks_per_sm(NJ) * (smem + 1024) <= 228 * 1024, "qgemm: the blocks per SM must fit");
-    static bool attr_set = false;  // ops are issued from one thread
-    if (!attr_set) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_kernel<TY, NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        attr_set = true;
-    }
-    const dim3 grid((a.w.rows + kQgBM - 1) / kQgBM, (a.T + qg_bn<NJ>() - 1) / qg_bn<NJ>(), a.splits);
-    launch(qgemm_kernel<TY, NJ>, grid, kQgThreads, smem, s, a);
-}
-
 template <Type TY>
 void qgemm_launch(const QGemmArgs& a, cudaStream_t s) {
+    constexpr int smem = qg_smem_bytes<GemmQ<TY>>();
+    static_assert(kQGemmBlocksPerSm * (smem + 1024) <= 228 * 1024, "qgemm: the blocks per SM must fit");
     DF_CUDA_REQUIRE(a.T > 0 && a.w.cols % GemmQ<TY>::kUnitCols == 0, "qgemm: cols must be a multiple of the unit");
     DF_CUDA_REQUIRE(a.splits >= 1 && a.splits <= a.w.cols / GemmQ<TY>::kUnitCols && (a.splits == 1 || a.partial),
                     "qgemm: bad split");
-    DF_CUDA_REQUIRE(a.nj == 4 || a.nj == 8, "qgemm: nj must be 4 or 8");
-    if (a.nj == 8)
-        qgemm_launch_nj<TY, 8>(a, s);
-    else
-        qgemm_launch_nj<TY, 4>(a, s);
+    static bool attr_set = false;  // ops are issued from one thread
+    if (!attr_set) {
+        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        attr_set = true;
+    }
+    const dim3 grid((a.w.rows + kQgBM - 1) / kQgBM, (a.T + kQgBN - 1) / kQgBN, a.splits);
+    launch(qgemm_kernel<TY>, grid, kQgThreads, smem, s, a);
 }
 
 template <Type TY>

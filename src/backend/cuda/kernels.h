@@ -98,7 +98,6 @@ struct QGemmArgs {
     int T = 0;
     float* out = nullptr;
     bool accumulate = false;
-    int nj = 8;                     // n8 tiles per warp: 8 or 4 (qgemm_tile_tokens)
     int splits = 1;                 // K ranges over blockIdx.z; > 1: partial sums, then launch_gemm_reduce
     float* partial = nullptr;       // splits * T * rows floats when splits > 1
     const ImmaTables* itables = nullptr;
@@ -108,9 +107,7 @@ struct QGemmEntry {
     int unit = 0;                                               // cols must be a multiple of it
 };
 // Rows and tokens of one qgemm block, and blocks resident per SM (the caller sizes splits from them).
-constexpr int kQGemmTileRows = 128;
-constexpr int qgemm_tile_tokens(int nj) { return 16 * nj; }
-constexpr int qgemm_blocks_per_sm(int nj) { return nj == 8 ? 2 : 3; }
+constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128, kQGemmBlocksPerSm = 2;
 
 struct QuantOps {
     int unit;  // elements per decode unit: cols must be a multiple of it for matmul
@@ -210,7 +207,14 @@ struct GdnArgs {
     float eps = 0.f;
     float* state = nullptr;
     float* out = nullptr;
+    // Scratch of T * gdn_prep_floats_per_token floats, or nullptr: with it, a first kernel
+    // prepares each token's normalized q, k, decay and beta once per head (prefill); without,
+    // every value column prepares its own (decode, where T is small and launches count).
+    float* prep = nullptr;
 };
+constexpr int64_t gdn_prep_floats_per_token(int k_heads, int v_heads, int head_dim) {
+    return int64_t{2} * k_heads * head_dim + 2 * int64_t{v_heads};
+}
 void launch_gdn_delta(const GdnArgs& a, cudaStream_t s);
 
 void launch_gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n,
