@@ -140,7 +140,8 @@ TEST(CudaMatmulShapes, ShortRowsAndKTails) {
 // into ranges (small grids), accumulation.
 TEST(CudaMatmulShapes, ExactF16GemmTilesAndSplits) {
     DF_REQUIRE_CUDA();
-    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S}) {
+    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::Q2_K,
+                   Type::Q4_K, Type::Q5_K}) {
         check_matmul(t, 300, 2560, {9, 130, 300}, false, true, true);
         check_matmul(t, 131, 1536, {257}, true, true, true);
     }
@@ -152,7 +153,7 @@ TEST(CudaMatmulShapes, ExactF16GemmTilesAndSplits) {
 TEST(CudaMatmulShapes, ExactF16GemmActivationRanges) {
     DF_REQUIRE_CUDA();
     const std::vector<float> scale = {0.f, 1e-30f, 1e25f, 1.f, 3e-6f, 1e-38f, 65504.f, 1e4f, 0.5f, 1e-20f};
-    for (Type t : {Type::Q8_0, Type::IQ2_XXS}) check_matmul(t, 70, 512, {10, 40}, false, true, true, scale);
+    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::Q4_K}) check_matmul(t, 70, 512, {10, 40}, false, true, true, scale);
 }
 
 TEST(CudaMatmulShapes, FastBf16GemmBound) {

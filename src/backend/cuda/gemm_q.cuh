@@ -47,13 +47,27 @@ DF_DEV void s8x4_to_f16(uint32_t w, __half2 s, __half2 c, uint32_t& h01, uint32_
     h01 = *reinterpret_cast<const uint32_t*>(&ra);
     h23 = *reinterpret_cast<const uint32_t*>(&rb);
 }
-// 8 bytes (weights 8q .. 8q+7) times the integer scale s (0 < s < 57) as 4 f16 pairs.
+// 8 bytes (weights 8q .. 8q+7) times the integer scale s as 4 f16 pairs: one FMA per pair for
+// 0 <= s < 57; kWide (any s with |b s| < 2048, the K-quants' 6-bit scales) subtracts first
+// (exact: b itself) and then multiplies (exact: the product fits).
+template <bool kWide = false>
 DF_DEV void s8x8_to_f16(uint32_t lo, uint32_t hi, int s, uint32_t (&h)[4]) {
     const uint32_t sb = 0x64006400u | (static_cast<uint32_t>(s) * 0x00010001u);  // 1024 + s, twice
     const __half2 s2 = __hsub2(*reinterpret_cast<const __half2*>(&sb), __float2half2_rn(1024.f));
-    const __half2 c2 = __hmul2(s2, __float2half2_rn(-1152.f));
-    s8x4_to_f16(lo, s2, c2, h[0], h[1]);
-    s8x4_to_f16(hi, s2, c2, h[2], h[3]);
+    if constexpr (kWide) {
+        const __half2 one = __float2half2_rn(1.f), c2 = __float2half2_rn(-1152.f);
+        s8x4_to_f16(lo, one, c2, h[0], h[1]);
+        s8x4_to_f16(hi, one, c2, h[2], h[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h[i]), s2);
+            h[i] = *reinterpret_cast<const uint32_t*>(&v);
+        }
+    } else {
+        const __half2 c2 = __hmul2(s2, __float2half2_rn(-1152.f));
+        s8x4_to_f16(lo, s2, c2, h[0], h[1]);
+        s8x4_to_f16(hi, s2, c2, h[2], h[3]);
+    }
 }
 
 // ---- decoders: GemmQ<T> gives, for a unit of kUnitCols columns of a row staged in shared memory
@@ -62,7 +76,9 @@ DF_DEV void s8x8_to_f16(uint32_t lo, uint32_t hi, int s, uint32_t (&h)[4]) {
 //                                              128 tokens, so fewer copies than the matvec's);
 //   slab(l, r, m, h)                           lane q's 8 weights of slab m as f16 pairs (times
 //                                              the integer scale);
-//   scale(r, hd, u, m)                         the float multiplying slab m's sums.
+//   scale(r, hd, u, m)                         the float multiplying slab m's sums;
+//   types with mins (kMins, w = d sc q - dmin m): slab() also gives the lane's min m as an f16
+//   pair, whose products with the activations (a second set of mma) dmin_scale() multiplies.
 
 template <Type T>
 struct GemmQ {
@@ -135,6 +151,60 @@ struct GemmQ<Type::Q8_0> {
     }
     static DF_DEV float scale(const uint8_t*, const uint8_t* hd, int, int m) { return f16_bits_to_f32(lds_u16(hd + 2 * m)); }
 };
+
+// K-quants with mins, units of one 256-element block staged whole (kHead 0). sc q <= 63 * 31,
+// m <= 63: exact in f16.
+template <Type T>
+struct GemmQKBase {
+    using I = Imma<T>;
+    static constexpr bool kSupported = true, kMins = true;
+    static constexpr int kUnitCols = 256, kBody = I::kBody, kCopy = I::kCopy, kStride = I::kStride, kHead = 0;
+    struct Tabs {
+        uint32_t none[4];
+    };
+    static DF_DEV void load_tabs(Tabs&, const ImmaTables*) {}
+    static DF_DEV ImmaLane lane(const Tabs&, int lane) { return imma_lane<1, 1>(0u, 0u, lane); }
+    static DF_DEV size_t head_src(int) { return 0; }
+    static DF_DEV float scale(const uint8_t* r, const uint8_t*, int, int) { return I::unit_scale(r, nullptr, 0); }
+    static DF_DEV float dmin_scale(const uint8_t* r) { return I::unit_min(r); }
+};
+DF_DEV uint32_t f16_pair_of_small_int(int v) {  // (v, v) as f16, 0 <= v < 1024
+    const uint32_t b = 0x64006400u | (static_cast<uint32_t>(v) * 0x00010001u);
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&b), __float2half2_rn(1024.f));
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+// Q4_K, Q5_K: 32-element sub-blocks = slabs; quants unsigned (0..15 / 0..31), exact as int8.
+template <Type T>
+struct GemmQK32 : GemmQKBase<T> {
+    using I = Imma<T>;
+    static DF_DEV void slab(const ImmaLane& l, const uint8_t* r, int m, uint32_t (&h)[4], uint32_t& mn) {
+        uint32_t lo, hi;
+        int sc, mi;
+        I::row(r, m, l.q, lo, hi, sc, mi);
+        s8x8_to_f16<true>(lo, hi, sc, h);
+        mn = f16_pair_of_small_int(mi);
+    }
+};
+template <> struct GemmQ<Type::Q4_K> : GemmQK32<Type::Q4_K> {};
+template <> struct GemmQ<Type::Q5_K> : GemmQK32<Type::Q5_K> {};
+// Q2_K: 16-element sub-blocks, a scale byte each (scale low nibble, min high); lanes 0, 1 hold the
+// slab's first 16 weights. q <= 3, so sc q <= 45.
+template <>
+struct GemmQ<Type::Q2_K> : GemmQKBase<Type::Q2_K> {
+    static DF_DEV void slab(const ImmaLane& l, const uint8_t* r, int m, uint32_t (&h)[4], uint32_t& mn) {
+        const int n = m >> 2, sh = 2 * (m & 3);
+        const uint2 w = lds_u2(r + 16 + 32 * n + 8 * l.q);
+        const uint32_t sb = r[2 * m + (l.q >> 1)];
+        s8x8_to_f16((w.x >> sh) & 0x03030303u, (w.y >> sh) & 0x03030303u, static_cast<int>(sb & 15u), h);
+        mn = f16_pair_of_small_int(static_cast<int>(sb >> 4));
+    }
+};
+
+template <class G>
+constexpr bool qg_has_mins() {
+    if constexpr (requires { G::kMins; }) return G::kMins;
+    else return false;
+}
 
 template <class G>
 constexpr int qg_slabs_per_unit() { return G::kUnitCols / 32; }
@@ -231,14 +301,26 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
         const uint8_t* us = units_smem + (lu % US) * UB;
         const uint8_t* hs = us + kQgBM * G::kStride;
         const uint8_t* bs = slabs_smem + (i % S) * kSlabBytes;
+        constexpr bool kMins = qg_has_mins<G>();
         uint32_t af[4][2][4];
         float sc[4][2];
+        uint32_t am[4][4];  // kMins: the rows' min pairs as an A fragment (same at both k16 steps)
+        float sm[4][2];
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
             const int r0 = wm + 16 * mi + g, r1 = r0 + 8;
             uint32_t h0[4], h1[4];
-            G::slab(ln, us + r0 * G::kStride, m, h0);
-            G::slab(ln, us + r1 * G::kStride, m, h1);
+            if constexpr (kMins) {
+                uint32_t m0, m1;
+                G::slab(ln, us + r0 * G::kStride, m, h0, m0);
+                G::slab(ln, us + r1 * G::kStride, m, h1, m1);
+                am[mi][0] = m0; am[mi][1] = m1; am[mi][2] = m0; am[mi][3] = m1;
+                sm[mi][0] = -G::dmin_scale(us + r0 * G::kStride);
+                sm[mi][1] = -G::dmin_scale(us + r1 * G::kStride);
+            } else {
+                G::slab(ln, us + r0 * G::kStride, m, h0);
+                G::slab(ln, us + r1 * G::kStride, m, h1);
+            }
             af[mi][0][0] = h0[0]; af[mi][0][1] = h1[0]; af[mi][0][2] = h0[1]; af[mi][0][3] = h1[1];
             af[mi][1][0] = h0[2]; af[mi][1][1] = h1[2]; af[mi][1][2] = h0[3]; af[mi][1][3] = h1[3];
             sc[mi][0] = G::scale(us + r0 * G::kStride, hs + r0 * G::kHead, u0 + lu, m);
@@ -259,6 +341,16 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
                 acc[mi][nj][1] = fmaf(t[1], sc[mi][0], acc[mi][nj][1]);
                 acc[mi][nj][2] = fmaf(t[2], sc[mi][1], acc[mi][nj][2]);
                 acc[mi][nj][3] = fmaf(t[3], sc[mi][1], acc[mi][nj][3]);
+                if constexpr (kMins) {  // - dmin sum_k m(k) x_k
+                    mma_f16_first(t, am[mi], bh.x, bh.y);
+                    mma_f16(t, am[mi], bl.x, bl.y);
+                    mma_f16(t, am[mi], bh.z, bh.w);
+                    mma_f16(t, am[mi], bl.z, bl.w);
+                    acc[mi][nj][0] = fmaf(t[0], sm[mi][0], acc[mi][nj][0]);
+                    acc[mi][nj][1] = fmaf(t[1], sm[mi][0], acc[mi][nj][1]);
+                    acc[mi][nj][2] = fmaf(t[2], sm[mi][1], acc[mi][nj][2]);
+                    acc[mi][nj][3] = fmaf(t[3], sm[mi][1], acc[mi][nj][3]);
+                }
             }
         }
     }
