@@ -105,6 +105,7 @@ public:
     void reset();
 
     int n_ctx() const;
+    int n_chunk() const;                     // prompt tokens per forward pass (chunk 0 resolved)
     int n_cached() const;
     const std::vector<int32_t>& tokens() const;
     Stats stats() const;

@@ -18,7 +18,8 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 bool aborted(const GenerateOptions& o) { return o.abort && o.abort->load(std::memory_order_relaxed); }
 
-// Prompt tokens evaluated between abort checks: a long prompt on a slow CPU stays interruptible.
+// Prompt tokens evaluated between abort checks, at least: a long prompt on a slow CPU stays
+// interruptible (a GPU's longer chunks are not cut: a slice is at least one chunk).
 constexpr size_t kPrefillSlice = 512;
 
 struct Prefill {
@@ -35,12 +36,13 @@ Prefill prefill(Session& s, std::span<const int32_t> prompt, const GenerateOptio
     // A hybrid model departing from its cache restarts from token 0 (its recurrent state cannot
     // rewind), so its first slice starts there too.
     const bool restarts = common < cached.size() && s.model().impl().model->config().n_recurrent() > 0;
-    const size_t first = std::min(prompt.size(), (restarts ? 0 : common) + kPrefillSlice);
+    const size_t slice = std::max(kPrefillSlice, static_cast<size_t>(s.n_chunk()));
+    const size_t first = std::min(prompt.size(), (restarts ? 0 : common) + slice);
     Prefill r;
     r.reused = s.set_prompt(prompt.first(first));
-    for (size_t off = first; off < prompt.size() && !r.aborted; off += kPrefillSlice) {
+    for (size_t off = first; off < prompt.size() && !r.aborted; off += slice) {
         r.aborted = aborted(o);
-        if (!r.aborted) s.append(prompt.subspan(off, std::min(kPrefillSlice, prompt.size() - off)));
+        if (!r.aborted) s.append(prompt.subspan(off, std::min(slice, prompt.size() - off)));
     }
     return r;
 }

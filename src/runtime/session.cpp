@@ -198,6 +198,7 @@ void Session::reset() {
 }
 
 int Session::n_ctx() const { return impl_->st->ctx; }
+int Session::n_chunk() const { return impl_->st->chunk; }
 int Session::n_cached() const { return static_cast<int>(impl_->tokens.size()); }
 const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
 const Model& Session::model() const { return *impl_->model; }

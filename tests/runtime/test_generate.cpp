@@ -256,6 +256,9 @@ TEST_P(Generate, ContextLimits) {
 
     dfm::Session tiny(model(GetParam()), {.ctx = 4});
     EXPECT_THROW(dfm::generate(tiny, prompt, GenerateOptions{}), dfm::Error);
+    EXPECT_EQ(tiny.n_chunk(), 4);  // automatic chunk (256 on the CPU), capped by the context
+    EXPECT_EQ(dfm::Session(model(GetParam()), {.ctx = 1024}).n_chunk(), 256);
+    EXPECT_THROW(dfm::Session(model(GetParam()), {.ctx = 64, .chunk = -1}), dfm::Error);
     GenerateOptions bad;
     bad.top_p = 0;
     EXPECT_THROW(dfm::generate(s, prompt, bad), dfm::Error);
