@@ -90,6 +90,28 @@ TEST(CudaActQuant, ReconstructsWithinTwoToTheMinus30OfTheUnitMaximum) {
         }
 }
 
+// The activation conversion written by a fused kernel (slot 0) and by launch_act_quant (slot 1),
+// zeroed first, and the check that the two agree byte for byte on T tokens.
+struct ConversionPair {
+    ConversionPair(Backend& gpu, int cols)
+        : cols(cols), q0(gpu, cuda::act_quant_xq_bytes(cols)), q1(gpu, cuda::act_quant_xq_bytes(cols)),
+          e0(gpu, 8 * static_cast<size_t>(cols / kUnit)), e1(gpu, 8 * static_cast<size_t>(cols / kUnit)) {
+        q0.set(std::vector<uint8_t>(q0.size(), 0));
+        q1.set(std::vector<uint8_t>(q1.size(), 0));
+    }
+    uint2* xq(int i) const { return reinterpret_cast<uint2*>((i ? q1 : q0).p()); }
+    float* xe(int i) const { return (i ? e1 : e0).p(); }
+    void expect_equal(int T) const {
+        const auto b0 = q0.get(), b1 = q1.get();
+        const auto f0 = e0.get(), f1 = e1.get();
+        EXPECT_EQ(0, std::memcmp(b0.data(), b1.data(), b0.size())) << "limbs";
+        EXPECT_EQ(0, std::memcmp(f0.data(), f1.data(), static_cast<size_t>(T) * (cols / kUnit) * 4)) << "exponents";
+    }
+    int cols;
+    Buf<uint8_t> q0, q1;
+    Buf<float> e0, e1;
+};
+
 TEST(CudaActQuant, FusedIntoRmsnormIsBitIdentical) {
     DF_REQUIRE_CUDA();
     Backend& gpu = *gpu_backend();
@@ -100,19 +122,13 @@ TEST(CudaActQuant, FusedIntoRmsnormIsBitIdentical) {
             SCOPED_TRACE("n " + std::to_string(n) + " T " + std::to_string(T));
             const auto x = randn(g, static_cast<size_t>(T) * n), w = randn(g, n);
             Buf<float> xb(gpu, x), wb(gpu, w), o1(gpu, static_cast<size_t>(T) * n), o2(gpu, static_cast<size_t>(T) * n);
-            Buf<uint8_t> q1(gpu, cuda::act_quant_xq_bytes(n)), q2(gpu, cuda::act_quant_xq_bytes(n));
-            Buf<float> e1(gpu, 8 * static_cast<size_t>(n / kUnit)), e2(gpu, 8 * static_cast<size_t>(n / kUnit));
-            q1.set(std::vector<uint8_t>(q1.size(), 0));
-            q2.set(std::vector<uint8_t>(q2.size(), 0));
-            cuda::launch_rmsnorm_quant(xb.p(), n, wb.p(), T, n, 1e-6f, o1.p(), reinterpret_cast<uint2*>(q1.p()), e1.p(), cuda.stream());
+            const ConversionPair c(gpu, n);
+            cuda::launch_rmsnorm_quant(xb.p(), n, wb.p(), T, n, 1e-6f, o1.p(), c.xq(0), c.xe(0), cuda.stream());
             cuda::launch_rmsnorm(xb.p(), n, wb.p(), T, n, 1e-6f, o2.p(), n, cuda.stream());
-            cuda::launch_act_quant(o2.p(), T, n, reinterpret_cast<uint2*>(q2.p()), e2.p(), cuda.stream());
+            cuda::launch_act_quant(o2.p(), T, n, c.xq(1), c.xe(1), cuda.stream());
             const auto a1 = o1.get(), a2 = o2.get();
-            const auto b1 = q1.get(), b2 = q2.get();
-            const auto f1 = e1.get(), f2 = e2.get();
             EXPECT_EQ(0, std::memcmp(a1.data(), a2.data(), a1.size() * 4));
-            EXPECT_EQ(0, std::memcmp(b1.data(), b2.data(), b1.size()));
-            EXPECT_EQ(0, std::memcmp(f1.data(), f2.data(), static_cast<size_t>(T) * (n / kUnit) * 4));
+            c.expect_equal(T);
         }
     }
 }
@@ -130,22 +146,16 @@ TEST(CudaActQuant, FusedIntoGatedRmsnormConvertsItsOutput) {
             const auto x = randn(g, static_cast<size_t>(T) * cols, 2.f), z = randn(g, static_cast<size_t>(T) * cols);
             const auto w = randn(g, n);
             Buf<float> xb(gpu, x), zb(gpu, z), wb(gpu, w), o1(gpu, x.size()), o2(gpu, x.size());
-            Buf<uint8_t> q1(gpu, cuda::act_quant_xq_bytes(cols)), q2(gpu, cuda::act_quant_xq_bytes(cols));
-            Buf<float> e1(gpu, 8 * static_cast<size_t>(cols / kUnit)), e2(gpu, 8 * static_cast<size_t>(cols / kUnit));
-            q1.set(std::vector<uint8_t>(q1.size(), 0));
-            q2.set(std::vector<uint8_t>(q2.size(), 0));
-            cuda::launch_gated_rmsnorm_quant(xb.p(), zb.p(), wb.p(), T, heads, n, 1e-6f, o1.p(),
-                                             reinterpret_cast<uint2*>(q1.p()), e1.p(), cuda.stream());
+            const ConversionPair c(gpu, cols);
+            cuda::launch_gated_rmsnorm_quant(xb.p(), zb.p(), wb.p(), T, heads, n, 1e-6f, o1.p(), c.xq(0), c.xe(0),
+                                             cuda.stream());
             cuda::launch_gated_rmsnorm(xb.p(), zb.p(), wb.p(), T, heads, n, 1e-6f, o2.p(), cuda.stream());
-            cuda::launch_act_quant(o1.p(), T, cols, reinterpret_cast<uint2*>(q2.p()), e2.p(), cuda.stream());
+            cuda::launch_act_quant(o1.p(), T, cols, c.xq(1), c.xe(1), cuda.stream());
             // The norm equals the plain kernel's up to the order of its sum of squares ...
             const auto ref = o2.get();
             EXPECT_TRUE(all_close(o1.get(), ref, tol_rel(ref, 4 * kEps, 1e-30f)));
             // ... and the conversion is exactly launch_act_quant's of the written output.
-            const auto b1 = q1.get(), b2 = q2.get();
-            const auto f1 = e1.get(), f2 = e2.get();
-            EXPECT_EQ(0, std::memcmp(b1.data(), b2.data(), b1.size()));
-            EXPECT_EQ(0, std::memcmp(f1.data(), f2.data(), static_cast<size_t>(T) * (cols / kUnit) * 4));
+            c.expect_equal(T);
         }
     }
 }

@@ -56,6 +56,26 @@ void upload_step(Backend& be, model::State& st, const std::vector<int32_t>& toke
     be.upload(st.pos, pos.data(), pos.size() * 4);
 }
 
+// One token at position pos through the model (state of capacity max_ctx): eager, or as the
+// decode graph keyed `key`, recorded on first use and replayed after.
+void decode_step(const model::Model& m, Backend& gpu, model::State& st, uint64_t key, int32_t tok, int pos, int max_ctx,
+                 bool graph) {
+    upload_step(gpu, st, {tok}, pos);
+    if (graph && gpu.replay(key)) return;
+    const bool rec = graph && gpu.begin_capture(key);
+    Step s;
+    s.T = 1;
+    s.tokens = st.tokens;
+    s.pos = st.pos;
+    s.pos0_hint = pos;
+    s.max_ctx = max_ctx;
+    m.forward(st, s, model::Output::last);
+    if (rec) {
+        gpu.end_capture();
+        gpu.replay(key);
+    }
+}
+
 TEST(CudaModel, GoldenF32TwinLogitsChunkedStepwiseAndGreedy) {
     DF_REQUIRE_CUDA();
     auto gpu = gpu_backend();
@@ -112,21 +132,7 @@ TEST(CudaModel, GoldenF32TwinLogitsChunkedStepwiseAndGreedy) {
             double worst = 0, worst_gen = 0;
             int top1 = 0, same_gen = 0;
             auto step = [&](int32_t tok, int pos) {
-                upload_step(*gpu, *st, {tok}, pos);
-                if (!gpu->replay(key)) {
-                    const bool rec = gpu->begin_capture(key);
-                    Step s;
-                    s.T = 1;
-                    s.tokens = st->tokens;
-                    s.pos = st->pos;
-                    s.pos0_hint = pos;
-                    s.max_ctx = 512;
-                    m->forward(*st, s, model::Output::last);
-                    if (rec) {
-                        gpu->end_capture();
-                        gpu->replay(key);
-                    }
-                }
+                decode_step(*m, *gpu, *st, key, tok, pos, 512, /*graph=*/true);
                 gpu->download(logits.data(), st->logits, static_cast<size_t>(V) * 4);
                 int32_t next = 0;
                 gpu->download(&next, st->argmax, 4);
@@ -165,21 +171,7 @@ std::vector<float> decode_logits(const model::Model& m, Backend& gpu, const std:
     const uint64_t key = reinterpret_cast<uintptr_t>(st.get());
     std::vector<float> out(static_cast<size_t>(steps) * V);
     for (int t = 0; t < steps; ++t) {
-        upload_step(gpu, *st, {prompt[static_cast<size_t>(t) % prompt.size()]}, t);
-        if (!graph || !gpu.replay(key)) {
-            const bool rec = graph && gpu.begin_capture(key);
-            Step s;
-            s.T = 1;
-            s.tokens = st->tokens;
-            s.pos = st->pos;
-            s.pos0_hint = t;
-            s.max_ctx = 512;
-            m.forward(*st, s, model::Output::last);
-            if (rec) {
-                gpu.end_capture();
-                gpu.replay(key);
-            }
-        }
+        decode_step(m, gpu, *st, key, prompt[static_cast<size_t>(t) % prompt.size()], t, 512, graph);
         gpu.download(out.data() + static_cast<size_t>(t) * V, st->logits, static_cast<size_t>(V) * 4);
     }
     if (graph) gpu.drop_capture(key);
