@@ -40,23 +40,6 @@ constexpr size_t smem_bytes() {
 }
 
 
-DF_DEV uint32_t pack_f16(__half lo, __half hi) {
-    return static_cast<uint32_t>(__half_as_ushort(lo)) | (static_cast<uint32_t>(__half_as_ushort(hi)) << 16);
-}
-// x = hi + lo: hi the nearest f16, lo the nearest f16 to the (exact) f32 remainder.
-DF_DEV void split_f16(float x, __half& hi, __half& lo) {
-    hi = __float2half_rn(x);
-    lo = __float2half_rn(x - __half2float(hi));
-}
-// hi and lo halves of two consecutive values as A-fragment words.
-DF_DEV void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-    __half h0, l0, h1, l1;
-    split_f16(x0, h0, l0);
-    split_f16(x1, h1, l1);
-    hi = pack_f16(h0, h1);
-    lo = pack_f16(l0, l1);
-}
-
 template <int D, bool kHalf>
 __global__ void __launch_bounds__(kWarps * 32) attn_prefill_mma_kernel(const AttnArgs a, int group) {
     constexpr int P = pitch<D>();

@@ -53,11 +53,10 @@ __global__ void swiglu_kernel(float* g, const float* u, int64_t n) {
     if (i < n) g[i] = silu_f(g[i]) * u[i];
 }
 
-// One thread per channel walks the T tokens with a sliding window of the last taps-1 inputs
-// (ggml sums the taps in order, in float, each product rounded).
-// Block = 32 channels x kConvSegs token segments: a thread runs the conv over its segment. The
+// Block = 32 channels x kConvSegs token segments: a thread walks its segment with a sliding window
+// of the last taps-1 inputs (ggml sums the taps in order, in float, each product rounded). The
 // kTaps - 1 inputs before a segment (another thread's, or the state) are read before a barrier,
-// since x is overwritten in place. Arithmetic per output as the CPU backend's.
+// since x is overwritten in place.
 constexpr int kConvChans = 32, kConvSegs = kThreads / kConvChans;
 template <int kTaps>
 __global__ void __launch_bounds__(kThreads) gdn_conv_kernel(float* x, int T, int C, const float* w, float* state) {

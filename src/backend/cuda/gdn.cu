@@ -3,7 +3,8 @@
 // Grid (value head j, column group); a warp owns one value column c of head j and keeps that
 // column of the state (Dk floats, a contiguous run over the key index) in registers for all T
 // tokens: the 128x128 state is read and written once per call, not once per token. Per token a
-// warp needs two reductions over the key index (S^T k and S^T q), done with shuffles.
+// warp needs two reductions over the key index (S^T k and S^T q), done with shuffles. For
+// prefill (GdnArgs::prep) a first kernel normalizes q, k and forms decay and beta once per head.
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -26,6 +27,11 @@ __device__ void l2_normalize(float (&x)[NPL], float eps) {
     for (int m = 0; m < NPL; ++m) x[m] = __fmul_rn(x[m], scale);
 }
 
+// A value head's decay e^(softplus(alpha + dt_bias) a_neg), as ggml rounds it.
+DF_DEV float gdn_decay(float alpha, float dt_bias, float a_neg) {
+    return expf(__fmul_rn(softplus_f(__fadd_rn(alpha, dt_bias)), a_neg));
+}
+
 // The per-token inputs that do not depend on the state, once per (token, head) instead of once
 // per value column: q and k of each key head L2-normalized, decay and beta of each value head.
 // Layout of a.prep per token: q (Hk x D), k (Hk x D), then (decay, b) per value head.
@@ -46,8 +52,7 @@ __global__ void __launch_bounds__(kGdnWarps * 32) gdn_prep_kernel(const GdnArgs 
         for (int m = 0; m < NPL; ++m) p[h * D + m * 32 + lane] = x[m];
     }
     for (int j = threadIdx.x; j < Hv; j += blockDim.x) {
-        const float g = __fmul_rn(softplus_f(__fadd_rn(a.alpha[static_cast<int64_t>(t) * Hv + j], a.dt_bias[j])), a.a_neg[j]);
-        p[2 * Hk * D + 2 * j] = expf(g);
+        p[2 * Hk * D + 2 * j] = gdn_decay(a.alpha[static_cast<int64_t>(t) * Hv + j], a.dt_bias[j], a.a_neg[j]);
         p[2 * Hk * D + 2 * j + 1] = sigmoid_f(a.beta[static_cast<int64_t>(t) * Hv + j]);
     }
 }
@@ -82,49 +87,30 @@ __global__ void __launch_bounds__(kGdnWarps * 32) gdn_delta_kernel(const GdnArgs
     const int64_t P = gdn_prep_floats_per_token(Hk, Hv, D);
     auto load = [&](int t, Raw& r) {
         const float* row = a.qkv + t * C;
-        if constexpr (kPrep) {  // normalized already; alpha, beta hold decay and b
-            const float* p = a.prep + P * t;
+        // With kPrep, q and k come normalized and alpha, beta hold the decay and b.
+        const float* qk = kPrep ? a.prep + P * t : row;
 #pragma unroll
-            for (int m = 0; m < NPL; ++m) {
-                r.q[m] = p[kh * D + m * 32 + lane];
-                r.k[m] = p[(Hk + kh) * D + m * 32 + lane];
-            }
-            r.v = row[2 * Hk * D + j * D + c];
-            r.alpha = p[2 * Hk * D + 2 * j];
-            r.beta = p[2 * Hk * D + 2 * j + 1];
-        } else {
-#pragma unroll
-            for (int m = 0; m < NPL; ++m) {
-                r.q[m] = row[kh * D + m * 32 + lane];
-                r.k[m] = row[(Hk + kh) * D + m * 32 + lane];
-            }
-            r.v = row[2 * Hk * D + j * D + c];
-            r.alpha = a.alpha[static_cast<int64_t>(t) * Hv + j];
-            r.beta = a.beta[static_cast<int64_t>(t) * Hv + j];
+        for (int m = 0; m < NPL; ++m) {
+            r.q[m] = qk[kh * D + m * 32 + lane];
+            r.k[m] = qk[(Hk + kh) * D + m * 32 + lane];
         }
+        r.v = row[2 * Hk * D + j * D + c];
+        r.alpha = kPrep ? qk[2 * Hk * D + 2 * j] : a.alpha[static_cast<int64_t>(t) * Hv + j];
+        r.beta = kPrep ? qk[2 * Hk * D + 2 * j + 1] : a.beta[static_cast<int64_t>(t) * Hv + j];
     };
     auto prepare = [&](Raw& r, Tok& p) {
-        if constexpr (kPrep) {
-#pragma unroll
-            for (int m = 0; m < NPL; ++m) {
-                p.q[m] = r.q[m];
-                p.k[m] = r.k[m];
-            }
-            p.v = r.v;
-            p.decay = r.alpha;
-            p.b = r.beta;
-        } else {
+        if constexpr (!kPrep) {
             l2_normalize(r.q, a.eps);
             l2_normalize(r.k, a.eps);
-#pragma unroll
-            for (int m = 0; m < NPL; ++m) {
-                p.q[m] = r.q[m];
-                p.k[m] = r.k[m];
-            }
-            p.v = r.v;
-            p.decay = expf(__fmul_rn(softplus_f(__fadd_rn(r.alpha, dt_bias)), a_neg));
-            p.b = sigmoid_f(r.beta);
         }
+#pragma unroll
+        for (int m = 0; m < NPL; ++m) {
+            p.q[m] = r.q[m];
+            p.k[m] = r.k[m];
+        }
+        p.v = r.v;
+        p.decay = kPrep ? r.alpha : gdn_decay(r.alpha, dt_bias, a_neg);
+        p.b = kPrep ? r.beta : sigmoid_f(r.beta);
     };
     Raw raw;
     Tok next;
@@ -157,7 +143,6 @@ __global__ void __launch_bounds__(kGdnWarps * 32) gdn_delta_kernel(const GdnArgs
 #pragma unroll
     for (int m = 0; m < NPL; ++m) S[m * 32 + lane] = s[m];
 }
-
 
 template <int NPL>
 void gdn_launch(const GdnArgs& a, cudaStream_t s) {

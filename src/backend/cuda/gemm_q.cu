@@ -8,15 +8,12 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace df::cuda {
 namespace {
 
 constexpr int kActThreads = 256;
-
-DF_DEV uint32_t pack_half2(__half a, __half b) {
-    return static_cast<uint32_t>(__half_as_ushort(a)) | (static_cast<uint32_t>(__half_as_ushort(b)) << 16);
-}
 
 // A block per token: the row's largest |x| picks k, then 8 elements per thread and pass.
 __global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, int cols, uint16_t* xhl, float* xinv) {
@@ -51,11 +48,7 @@ __global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, i
                             b.x * scale, b.y * scale, b.z * scale, b.w * scale};
         uint32_t hi[4], lo[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const __half h0 = __float2half_rn(v[2 * j]), h1 = __float2half_rn(v[2 * j + 1]);
-            hi[j] = pack_half2(h0, h1);
-            lo[j] = pack_half2(__float2half_rn(v[2 * j] - __half2float(h0)), __float2half_rn(v[2 * j + 1] - __half2float(h1)));
-        }
+        for (int j = 0; j < 4; ++j) split_pair(v[2 * j], v[2 * j + 1], hi[j], lo[j]);
         // Element 8i lies in slab 8i / 32 at offset 8i % 32: hi at slab * 64 + offset, lo 32 later.
         const size_t base = static_cast<size_t>(i / 4) * 64 + (i % 4) * 8;
         *reinterpret_cast<uint4*>(out + base) = make_uint4(hi[0], hi[1], hi[2], hi[3]);

@@ -36,33 +36,34 @@ inline constexpr int kQgNJ = kQgBN / 16;             // n8 tiles per warp
 inline constexpr int kQgSlabBytes = kQgBN * 128;     // tokens x 32 columns x (hi, lo) halves
 static_assert(kQgBM == 128 && kQgBN == 128, "2 x 2 warps of 64 x 64");
 
+// (v, v) as f16 for 0 <= v < 1024: 0x6400 | v is 1024 + v, less 1024 exactly.
+DF_DEV __half2 f16_pair_of_small_int(int v) {
+    const uint32_t b = 0x64006400u | (static_cast<uint32_t>(v) * 0x00010001u);
+    return __hsub2(*reinterpret_cast<const __half2*>(&b), __float2half2_rn(1024.f));
+}
+DF_DEV uint32_t f16_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+
 // Four signed bytes times s as f16 pairs, exactly: 0x64XX is 1024 + XX in f16, so with
 // u = b + 128 one FMA gives (1024 + u) s - 1152 s = b s (exact for |b s| < 2048; 1152 s is
 // exact in f16 for s < 57, and the FMA rounds once).
 DF_DEV void s8x4_to_f16(uint32_t w, __half2 s, __half2 c, uint32_t& h01, uint32_t& h23) {
     const uint32_t u = w ^ 0x80808080u;
     const uint32_t a = prmt(u, 0x64646464u, 0x5140u), b = prmt(u, 0x64646464u, 0x7362u);
-    const __half2 ra = __hfma2(*reinterpret_cast<const __half2*>(&a), s, c);
-    const __half2 rb = __hfma2(*reinterpret_cast<const __half2*>(&b), s, c);
-    h01 = *reinterpret_cast<const uint32_t*>(&ra);
-    h23 = *reinterpret_cast<const uint32_t*>(&rb);
+    h01 = f16_bits(__hfma2(*reinterpret_cast<const __half2*>(&a), s, c));
+    h23 = f16_bits(__hfma2(*reinterpret_cast<const __half2*>(&b), s, c));
 }
 // 8 bytes (weights 8q .. 8q+7) times the integer scale s as 4 f16 pairs: one FMA per pair for
 // 0 <= s < 57; kWide (any s with |b s| < 2048, the K-quants' 6-bit scales) subtracts first
 // (exact: b itself) and then multiplies (exact: the product fits).
 template <bool kWide = false>
 DF_DEV void s8x8_to_f16(uint32_t lo, uint32_t hi, int s, uint32_t (&h)[4]) {
-    const uint32_t sb = 0x64006400u | (static_cast<uint32_t>(s) * 0x00010001u);  // 1024 + s, twice
-    const __half2 s2 = __hsub2(*reinterpret_cast<const __half2*>(&sb), __float2half2_rn(1024.f));
+    const __half2 s2 = f16_pair_of_small_int(s);
     if constexpr (kWide) {
         const __half2 one = __float2half2_rn(1.f), c2 = __float2half2_rn(-1152.f);
         s8x4_to_f16(lo, one, c2, h[0], h[1]);
         s8x4_to_f16(hi, one, c2, h[2], h[3]);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h[i]), s2);
-            h[i] = *reinterpret_cast<const uint32_t*>(&v);
-        }
+        for (int i = 0; i < 4; ++i) h[i] = f16_bits(__hmul2(*reinterpret_cast<const __half2*>(&h[i]), s2));
     } else {
         const __half2 c2 = __hmul2(s2, __float2half2_rn(-1152.f));
         s8x4_to_f16(lo, s2, c2, h[0], h[1]);
@@ -83,6 +84,15 @@ DF_DEV void s8x8_to_f16(uint32_t lo, uint32_t hi, int s, uint32_t (&h)[4]) {
 template <Type T>
 struct GemmQ {
     static constexpr bool kSupported = false;
+};
+
+// Decoders without lookup tables.
+struct GemmQNoTabs {
+    struct Tabs {
+        uint32_t none[4];
+    };
+    static DF_DEV void load_tabs(Tabs&, const ImmaTables*) {}
+    static DF_DEV ImmaLane lane(const Tabs&, int lane) { return imma_lane<1, 1>(0u, 0u, lane); }
 };
 
 inline constexpr int kQgTabR = 4;
@@ -136,14 +146,9 @@ template <> struct GemmQ<Type::IQ3_S> : GemmQIq<Type::IQ3_S> {};
 // Q8_0: units of two blocks (64 columns); rows staged 96 bytes apart (the 4 rows of a half-warp's
 // 8-byte loads then fall in distinct banks); the two f16 scales (4 bytes) from the head array.
 template <>
-struct GemmQ<Type::Q8_0> {
+struct GemmQ<Type::Q8_0> : GemmQNoTabs {
     static constexpr bool kSupported = true;
     static constexpr int kUnitCols = 64, kBody = 64, kCopy = 16, kStride = 96, kHead = 4;
-    struct Tabs {
-        uint32_t none[4];
-    };
-    static DF_DEV void load_tabs(Tabs&, const ImmaTables*) {}
-    static DF_DEV ImmaLane lane(const Tabs&, int lane) { return imma_lane<1, 1>(0u, 0u, lane); }
     static DF_DEV size_t head_src(int u) { return 4 * static_cast<size_t>(u); }
     static DF_DEV void slab(const ImmaLane& l, const uint8_t* r, int m, uint32_t (&h)[4]) {
         const uint2 w = lds_u2(r + 32 * m + 8 * l.q);
@@ -155,24 +160,14 @@ struct GemmQ<Type::Q8_0> {
 // K-quants with mins, units of one 256-element block staged whole (kHead 0). sc q <= 63 * 31,
 // m <= 63: exact in f16.
 template <Type T>
-struct GemmQKBase {
+struct GemmQKBase : GemmQNoTabs {
     using I = Imma<T>;
     static constexpr bool kSupported = true, kMins = true;
     static constexpr int kUnitCols = 256, kBody = I::kBody, kCopy = I::kCopy, kStride = I::kStride, kHead = 0;
-    struct Tabs {
-        uint32_t none[4];
-    };
-    static DF_DEV void load_tabs(Tabs&, const ImmaTables*) {}
-    static DF_DEV ImmaLane lane(const Tabs&, int lane) { return imma_lane<1, 1>(0u, 0u, lane); }
     static DF_DEV size_t head_src(int) { return 0; }
     static DF_DEV float scale(const uint8_t* r, const uint8_t*, int, int) { return I::unit_scale(r, nullptr, 0); }
     static DF_DEV float dmin_scale(const uint8_t* r) { return I::unit_min(r); }
 };
-DF_DEV uint32_t f16_pair_of_small_int(int v) {  // (v, v) as f16, 0 <= v < 1024
-    const uint32_t b = 0x64006400u | (static_cast<uint32_t>(v) * 0x00010001u);
-    const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&b), __float2half2_rn(1024.f));
-    return *reinterpret_cast<const uint32_t*>(&h);
-}
 // Q4_K, Q5_K: 32-element sub-blocks = slabs; quants unsigned (0..15 / 0..31), exact as int8.
 template <Type T>
 struct GemmQK32 : GemmQKBase<T> {
@@ -182,7 +177,7 @@ struct GemmQK32 : GemmQKBase<T> {
         int sc, mi;
         I::row(r, m, l.q, lo, hi, sc, mi);
         s8x8_to_f16<true>(lo, hi, sc, h);
-        mn = f16_pair_of_small_int(mi);
+        mn = f16_bits(f16_pair_of_small_int(mi));
     }
 };
 template <> struct GemmQ<Type::Q4_K> : GemmQK32<Type::Q4_K> {};
@@ -192,19 +187,13 @@ template <> struct GemmQ<Type::Q5_K> : GemmQK32<Type::Q5_K> {};
 template <>
 struct GemmQ<Type::Q2_K> : GemmQKBase<Type::Q2_K> {
     static DF_DEV void slab(const ImmaLane& l, const uint8_t* r, int m, uint32_t (&h)[4], uint32_t& mn) {
-        const int n = m >> 2, sh = 2 * (m & 3);
-        const uint2 w = lds_u2(r + 16 + 32 * n + 8 * l.q);
+        uint32_t lo, hi;
+        I::quants(r, m, l.q, lo, hi);
         const uint32_t sb = r[2 * m + (l.q >> 1)];
-        s8x8_to_f16((w.x >> sh) & 0x03030303u, (w.y >> sh) & 0x03030303u, static_cast<int>(sb & 15u), h);
-        mn = f16_pair_of_small_int(static_cast<int>(sb >> 4));
+        s8x8_to_f16(lo, hi, static_cast<int>(sb & 15u), h);
+        mn = f16_bits(f16_pair_of_small_int(static_cast<int>(sb >> 4)));
     }
 };
-
-template <class G>
-constexpr bool qg_has_mins() {
-    if constexpr (requires { G::kMins; }) return G::kMins;
-    else return false;
-}
 
 template <class G>
 constexpr int qg_slabs_per_unit() { return G::kUnitCols / 32; }
@@ -219,7 +208,18 @@ constexpr int qg_tabs_bytes() { return (static_cast<int>(sizeof(typename G::Tabs
 template <class G>
 constexpr int qg_smem_bytes() { return qg_tabs_bytes<G>() + qg_unit_slots<G>() * qg_unit_bytes<G>() + kQgStages * kQgSlabBytes; }
 
-DF_DEV uint4 lds_u4(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+// c += s (a0 (bh, bl) k16 step 0 + a1 (bh, bl) step 1) for one 16-row x 8-token tile of a slab:
+// the hi and lo products in one f32 accumulator, then the slab's scale (rows g: s[0], g + 8: s[1]).
+DF_DEV void slab_product(float (&c)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4], uint4 bh, uint4 bl,
+                         const float (&s)[2]) {
+    float t[4];
+    mma_f16_first(t, a0, bh.x, bh.y);
+    mma_f16(t, a0, bl.x, bl.y);
+    mma_f16(t, a1, bh.z, bh.w);
+    mma_f16(t, a1, bl.z, bl.w);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[e] = fmaf(t[e], s[e >> 1], c[e]);
+}
 
 template <Type TY>
 __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(const QGemmArgs a) {
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
         const uint8_t* us = units_smem + (lu % US) * UB;
         const uint8_t* hs = us + kQgBM * G::kStride;
         const uint8_t* bs = slabs_smem + (i % S) * kSlabBytes;
-        constexpr bool kMins = qg_has_mins<G>();
+        constexpr bool kMins = decoder_has_mins<G>();
         uint32_t af[4][2][4];
         float sc[4][2];
         uint32_t am[4][4];  // kMins: the rows' min pairs as an A fragment (same at both k16 steps)
@@ -332,25 +332,8 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
             const uint4 bh = lds_u4(bt + ((q ^ swz) << 4)), bl = lds_u4(bt + (((4 + q) ^ swz) << 4));
 #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
-                float t[4];
-                mma_f16_first(t, af[mi][0], bh.x, bh.y);
-                mma_f16(t, af[mi][0], bl.x, bl.y);
-                mma_f16(t, af[mi][1], bh.z, bh.w);
-                mma_f16(t, af[mi][1], bl.z, bl.w);
-                acc[mi][nj][0] = fmaf(t[0], sc[mi][0], acc[mi][nj][0]);
-                acc[mi][nj][1] = fmaf(t[1], sc[mi][0], acc[mi][nj][1]);
-                acc[mi][nj][2] = fmaf(t[2], sc[mi][1], acc[mi][nj][2]);
-                acc[mi][nj][3] = fmaf(t[3], sc[mi][1], acc[mi][nj][3]);
-                if constexpr (kMins) {  // - dmin sum_k m(k) x_k
-                    mma_f16_first(t, am[mi], bh.x, bh.y);
-                    mma_f16(t, am[mi], bl.x, bl.y);
-                    mma_f16(t, am[mi], bh.z, bh.w);
-                    mma_f16(t, am[mi], bl.z, bl.w);
-                    acc[mi][nj][0] = fmaf(t[0], sm[mi][0], acc[mi][nj][0]);
-                    acc[mi][nj][1] = fmaf(t[1], sm[mi][0], acc[mi][nj][1]);
-                    acc[mi][nj][2] = fmaf(t[2], sm[mi][1], acc[mi][nj][2]);
-                    acc[mi][nj][3] = fmaf(t[3], sm[mi][1], acc[mi][nj][3]);
-                }
+                slab_product(acc[mi][nj], af[mi][0], af[mi][1], bh, bl, sc[mi]);
+                if constexpr (kMins) slab_product(acc[mi][nj], am[mi], am[mi], bh, bl, sm[mi]);  // - dmin sum_k m(k) x_k
             }
         }
     }

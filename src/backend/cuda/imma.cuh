@@ -41,6 +41,7 @@ inline constexpr int kImmaUnit = 256;  // columns per unit (one exponent per tok
 // Exact int -> float for |v| < 2^22 with two full-rate instructions (I2F is quarter rate).
 DF_DEV float small_int_to_f32(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
 
+DF_DEV uint4 lds_u4(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 DF_DEV uint2 lds_u2(const uint8_t* p) { return *reinterpret_cast<const uint2*>(p); }
 DF_DEV uint32_t lds_u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 DF_DEV uint32_t lds_u16(const uint8_t* p) { return *reinterpret_cast<const unsigned short*>(p); }
@@ -152,6 +153,13 @@ struct ImmaNoTabs {
     static constexpr int kGridR = 1, kSignR = 1;
     struct Tabs { uint32_t grid[1], sign[1]; };
 };
+
+// Whether a decoder (Imma<T>, GemmQ<T>) has mins: w = d sc q - dmin m.
+template <class D>
+constexpr bool decoder_has_mins() {
+    if constexpr (requires { D::kMins; }) return D::kMins;
+    else return false;
+}
 
 template <class I>
 constexpr bool imma_has_tabs() { return requires(const ImmaTables* g) { I::grid_src(g); }; }
@@ -409,13 +417,19 @@ struct Imma<Type::Q2_K> : ImmaNoTabs, ImmaNoHead {
     static constexpr int kBody = 84, kCopy = 4, kStride = 88, kStages = 4;  // 8-byte aligned rows
     static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r + 80)); }
     static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 82)); }
+    // The 2-bit quants of elements 8q .. 8q+7 of 32-element slab m, as bytes.
+    static DF_DEV void quants(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi) {
+        const int sh = 2 * (m & 3);
+        const uint2 w = lds_u2(r + 16 + 32 * (m >> 2) + 8 * q);
+        lo = (w.x >> sh) & 0x03030303u;
+        hi = (w.y >> sh) & 0x03030303u;
+    }
     template <int NT>
     static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
                            const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
-        const int n = m >> 2, sh = 2 * (m & 3);
-        const uint2 w0 = lds_u2(r0 + 16 + 32 * n + 8 * l.q), w1 = lds_u2(r1 + 16 + 32 * n + 8 * l.q);
-        const uint32_t a[4] = {(w0.x >> sh) & 0x03030303u, (w1.x >> sh) & 0x03030303u, (w0.y >> sh) & 0x03030303u,
-                               (w1.y >> sh) & 0x03030303u};
+        uint32_t a[4];
+        quants(r0, m, l.q, a[0], a[2]);
+        quants(r1, m, l.q, a[1], a[3]);
         const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
         const uint32_t s0 = lds_u16(r0 + 2 * m), s1 = lds_u16(r1 + 2 * m);  // scale bytes of the two halves
         const bool lo = l.q < 2;
@@ -481,11 +495,6 @@ struct Imma<Type::Q6_K> : ImmaNoTabs, ImmaIqHead {
 // its partial sums (slot 0: the warp's first tile, slot 1: its last), and the last one to arrive
 // (a per-tile counter) adds them in contributor order, so results are deterministic.
 
-template <class I>
-constexpr bool imma_has_mins() {
-    if constexpr (requires { I::kMins; }) return I::kMins;
-    else return false;
-}
 
 template <class I, int kMats>
 constexpr int imma_stage_bytes() { return kMats * (16 * I::kStride + 16 * I::kHead); }
@@ -726,7 +735,7 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
 #pragma unroll
             for (int m = 0; m < kImmaUnit / 32; ++m) I::template sub<NT>(r0, r1, h0, h1, m, ln, b[m], p);
             const float us0 = I::unit_scale(r0, h0, cu), us1 = I::unit_scale(r1, h1, cu);
-            if constexpr (imma_has_mins<I>()) {
+            if constexpr (decoder_has_mins<I>()) {
                 const float um0 = I::unit_min(r0), um1 = I::unit_min(r1);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)

@@ -1,14 +1,33 @@
 // Warp-level tensor-core instructions (mma.sync, ldmatrix) shared by the GEMM, prefill attention
-// and imma kernels. Fragment layouts are PTX's: for m16n8k16, lane l = 4 g + q holds A rows g and
+// and imma kernels, and the f16 hi/lo split of f32 operands. Fragment layouts are PTX's: for m16n8k16, lane l = 4 g + q holds A rows g and
 // g + 8 at columns 2q, 2q + 1 (and + 8), B column g at rows 2q, 2q + 1 (and + 8), C rows g, g + 8
 // at columns 2q, 2q + 1.
 #pragma once
 
 #include <cstdint>
 
+#include <cuda_fp16.h>
+
 #include "backend/cuda/device_util.cuh"
 
 namespace df::cuda {
+
+DF_DEV uint32_t pack_f16(__half lo, __half hi) {
+    return static_cast<uint32_t>(__half_as_ushort(lo)) | (static_cast<uint32_t>(__half_as_ushort(hi)) << 16);
+}
+// x = hi + lo: hi the nearest f16, lo the nearest f16 to the (exact) f32 remainder.
+DF_DEV void split_f16(float x, __half& hi, __half& lo) {
+    hi = __float2half_rn(x);
+    lo = __float2half_rn(x - __half2float(hi));
+}
+// hi and lo halves of two consecutive values as fragment words.
+DF_DEV void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+    __half h0, l0, h1, l1;
+    split_f16(x0, h0, l0);
+    split_f16(x1, h1, l1);
+    hi = pack_f16(h0, h1);
+    lo = pack_f16(l0, l1);
+}
 
 // Four 8x8 b16 matrices from shared memory; lane l gives the row address of matrix l / 8.
 DF_DEV void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
