@@ -2,8 +2,9 @@
 //
 // parallel_for splits [0, n) into contiguous ranges, one per participating thread, and blocks
 // until all are done; the calling thread takes a share, so a pool of N threads keeps N - 1
-// workers. Work per call is small (one matmul), so waking is a condition variable broadcast
-// plus a short spin, not a task queue.
+// workers. Work per call is small (one matmul: a decode step makes hundreds of calls of tens of
+// microseconds), so a worker spins on the job counter for a while after each job before it
+// sleeps on the condition variable: a futex wake-up costs about as much as the job itself.
 #pragma once
 
 #include <atomic>
@@ -37,7 +38,8 @@ private:
     std::condition_variable cv_;
     const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
     int64_t n_ = 0, chunk_ = 0;
-    uint64_t generation_ = 0;
+    std::atomic<uint64_t> generation_{0};  // written under mu_, read by spinning workers without it
+    std::atomic<int> sleepers_{0};         // workers blocked on cv_ (the caller notifies only then)
     std::atomic<int> pending_{0};
     bool stop_ = false;
 };
