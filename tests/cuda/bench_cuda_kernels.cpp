@@ -125,9 +125,11 @@ TEST(CudaBench, DISABLED_GemmThroughput) {
         for (int T : {512, 2048}) {
             Buf<float> x(gpu, randn(g, static_cast<size_t>(T) * s.cols)), out(gpu, static_cast<size_t>(T) * s.rows);
             // exact f16 (where the type has it), then the dequantizing GEMM with 3 and 1 bf16 products
-            for (const char* mode : {"f16x2", "3xbf16", "bf16"}) {
-                const bool q = mode[0] == 'f';
+            for (const char* mode : {"wgmma", "f16x2", "3xbf16", "bf16"}) {
+                const bool q = mode[0] == 'f' || mode[0] == 'w';
                 cuda.set_qgemm(q);
+                cuda.set_qgemm_wgmma(mode[0] == 'w');
+                if (mode[0] == 'w' && !cuda.qgemm_wgmma()) continue;
                 cuda.set_split_gemm(mode[0] == '3');
                 if (q && !cuda.gemm_on_exact_f16(w, T)) continue;
                 const double us = time_us([&](int) { gpu.matmul(w, x.p(), T, out.p(), false); }, 10);
@@ -136,6 +138,7 @@ TEST(CudaBench, DISABLED_GemmThroughput) {
             }
         }
         cuda.set_qgemm(true);
+        cuda.set_qgemm_wgmma(true);
         cuda.set_split_gemm(true);
         gpu.release(const_cast<void*>(w.data));
     }

@@ -138,14 +138,35 @@ TEST(CudaMatmulShapes, ShortRowsAndKTails) {
 
 // The exact-f16 GEMM (gemm_q.cuh): several row and token blocks, row and token tails, K split
 // into ranges (small grids), accumulation.
+// Runs f once per form of the exact-f16 GEMM this build and device have: mma.sync (plain order)
+// and, on sm_90a, wgmma (with the K-quants' mma.sync kernel reading the wgmma order).
+template <class F>
+void for_each_qgemm_form(F&& f) {
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu_backend());
+    const bool wg_default = cuda.qgemm_wgmma();
+    for (bool wg : {false, true}) {
+        cuda.set_qgemm_wgmma(wg);
+        if (cuda.qgemm_wgmma() != wg) {
+            std::printf("[ note ] exact-f16 GEMM: no wgmma form here (needs an sm_90a build on a 9.0 device)\n");
+            continue;
+        }
+        SCOPED_TRACE(wg ? "wgmma" : "mma.sync");
+        f();
+    }
+    cuda.set_qgemm_wgmma(wg_default);
+}
+
 TEST(CudaMatmulShapes, ExactF16GemmTilesAndSplits) {
     DF_REQUIRE_CUDA();
-    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::Q2_K,
-                   Type::Q4_K, Type::Q5_K}) {
-        check_matmul(t, 300, 2560, {9, 130, 300}, false, true, true);
-        check_matmul(t, 131, 1536, {257}, true, true, true);
-    }
-    check_matmul(Type::Q8_0, 1000, 4096, {512}, true, true, true);
+    for_each_qgemm_form([] {
+        for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::Q2_K,
+                       Type::Q4_K, Type::Q5_K}) {
+            check_matmul(t, 300, 2560, {9, 130, 300}, false, true, true);
+            check_matmul(t, 131, 1536, {257}, true, true, true);
+        }
+        check_matmul(Type::Q8_0, 1000, 4096, {512}, true, true, true);
+        check_matmul(Type::IQ2_XXS, 77, 4096, {1000}, false, true, true);
+    });
 }
 
 // Its per-token power-of-two scaling: tokens of zeros, of tiny and of huge activations, next to
@@ -153,7 +174,9 @@ TEST(CudaMatmulShapes, ExactF16GemmTilesAndSplits) {
 TEST(CudaMatmulShapes, ExactF16GemmActivationRanges) {
     DF_REQUIRE_CUDA();
     const std::vector<float> scale = {0.f, 1e-30f, 1e25f, 1.f, 3e-6f, 1e-38f, 65504.f, 1e4f, 0.5f, 1e-20f};
-    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::Q4_K}) check_matmul(t, 70, 512, {10, 40}, false, true, true, scale);
+    for_each_qgemm_form([&] {
+        for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::Q4_K}) check_matmul(t, 70, 512, {10, 40}, false, true, true, scale);
+    });
 }
 
 TEST(CudaMatmulShapes, FastBf16GemmBound) {

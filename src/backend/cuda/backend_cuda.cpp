@@ -87,6 +87,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* m = std::getenv("DF_CUDA_MATVEC")) imma_ = std::string(m) != "f32";
     if (const char* m = std::getenv("DF_CUDA_IMMA_SKIP")) imma_skip_ = m;  // block type names, for A/B runs
     if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
+    int major = 0, minor = 0;
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+    qg_wg_able_ = kQGemmWgBuilt && major == 9 && minor == 0;
+    qg_wg_ = qg_wg_able_;
+    if (const char* q = std::getenv("DF_CUDA_QGEMM_WGMMA")) qg_wg_ = qg_wg_able_ && std::string(q) != "0";
     synchronize();
 }
 
@@ -389,11 +395,14 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     a.out = out;
     a.accumulate = accumulate;
     a.itables = imma_tables_;
+    a.wg_order = qg_wg_;
+    const bool wg = qg_wg_ && e.launch_wg;
+    const int tile_rows = wg ? kQGemmWgTileRows : kQGemmTileRows;
     // Split K when that fills the waves of resident blocks better: the estimated time of s splits
     // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;
     // at least two units per range, partial sums within the scratch. Deterministic either way.
-    const int64_t tiles = ((w.rows + kQGemmTileRows - 1) / kQGemmTileRows) * ((T + kQGemmTileTokens - 1) / kQGemmTileTokens);
-    const int64_t slots = static_cast<int64_t>(kQGemmBlocksPerSm) * sm_count_;
+    const int64_t tiles = ((w.rows + tile_rows - 1) / tile_rows) * ((T + kQGemmTileTokens - 1) / kQGemmTileTokens);
+    const int64_t slots = static_cast<int64_t>(wg ? kQGemmWgBlocksPerSm : kQGemmBlocksPerSm) * sm_count_;
     const int64_t max_splits = may_split ? std::min<int64_t>({8, w.cols / e.unit / 2, kQGemmPartialFloats / (int64_t{T} * w.rows)}) : 1;
     int64_t splits = 1;
     double best = 1e30;
@@ -404,13 +413,14 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
             splits = k;
         }
     }
+    const auto launch_fn = wg ? e.launch_wg : e.launch;
     if (splits > 1) {
         a.splits = static_cast<int>(splits);
         a.partial = qg_partial_;
-        e.launch(a, s);
+        launch_fn(a, s);
         launch_gemm_reduce(qg_partial_, a.splits, static_cast<int64_t>(T) * w.rows, out, accumulate, s);
     } else {
-        e.launch(a, s);
+        launch_fn(a, s);
     }
 }
 
@@ -445,7 +455,7 @@ void CudaBackend::flush_matmuls() {
     if (quantize) quantize_activations(pending_x_, pending_T_, static_cast<int>(pending_[0].w.cols), stream_);
     bool convert = false;
     for (const PendingMatmul& p : pending_) convert = convert || use_qgemm(p.w, pending_T_);
-    if (convert) launch_gemm_act(pending_x_, pending_T_, static_cast<int>(pending_[0].w.cols), qg_x_, qg_inv_, stream_);
+    if (convert) launch_gemm_act(pending_x_, pending_T_, static_cast<int>(pending_[0].w.cols), qg_x_, qg_inv_, qg_wg_, stream_);
     if (pending_.size() > 1) {
         // Fork: the side streams start after everything already on the main stream.
         DF_CUDA_CHECK(cudaEventRecord(fork_, stream_));

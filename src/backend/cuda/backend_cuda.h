@@ -71,6 +71,9 @@ public:
     // Prefill GEMM on exact f16 weights (gemm_q.cuh) where the type has it: on by default
     // (DF_CUDA_QGEMM=0 turns it off); off, the dequantizing bf16 GEMM runs. For tests and A/B runs.
     void set_qgemm(bool on) { qgemm_ = on; }
+    // The wgmma form of the exact-f16 GEMM where the build and the device have it (else a no-op).
+    void set_qgemm_wgmma(bool on) { qg_wg_ = on && qg_wg_able_; }
+    bool qgemm_wgmma() const { return qg_wg_; }
     bool gemm_on_exact_f16(const Weight& w, int T) const { return use_qgemm(w, T); }
     // Launches the held-back matmuls and attention prep (every op and memory call does this first).
     void flush();
@@ -128,6 +131,8 @@ private:
     const float* xq_src_ = nullptr;     // the activations xq_ currently holds (T xq_T_, xq_n_ columns)
     int xq_T_ = 0, xq_n_ = 0;
     bool qgemm_ = true;                 // exact-f16 prefill GEMM where the type has it
+    bool qg_wg_able_ = false;           // sm_90a build on a compute capability 9.0 device
+    bool qg_wg_ = false;                // its wgmma form (activations converted in wg_order)
     uint16_t* qg_x_ = nullptr;          // its converted activations (hi/lo halves) ...
     float* qg_inv_ = nullptr;           // ... and per-token scales
     size_t qg_x_halves_ = 0;

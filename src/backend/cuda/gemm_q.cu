@@ -16,7 +16,8 @@ namespace {
 constexpr int kActThreads = 256;
 
 // A block per token: the row's largest |x| picks k, then 8 elements per thread and pass.
-__global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, int cols, uint16_t* xhl, float* xinv) {
+__global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, int cols, uint16_t* xhl, float* xinv,
+                                                               bool wg_order) {
     pdl_begin();
     const int t = blockIdx.x;
     const float4* row = reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * cols);
@@ -51,8 +52,17 @@ __global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, i
         for (int j = 0; j < 4; ++j) split_pair(v[2 * j], v[2 * j + 1], hi[j], lo[j]);
         // Element 8i lies in slab 8i / 32 at offset 8i % 32: hi at slab * 64 + offset, lo 32 later.
         const size_t base = static_cast<size_t>(i / 4) * 64 + (i % 4) * 8;
-        *reinterpret_cast<uint4*>(out + base) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *reinterpret_cast<uint4*>(out + base + 32) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        if (wg_order) {  // pair p of the 8 goes to chunk p, word i % 4 (kernels.h)
+            uint32_t* w = reinterpret_cast<uint32_t*>(out + static_cast<size_t>(i / 4) * 64) + (i % 4);
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                w[4 * p] = hi[p];
+                w[4 * p + 16] = lo[p];
+            }
+        } else {
+            *reinterpret_cast<uint4*>(out + base) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *reinterpret_cast<uint4*>(out + base + 32) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
     }
 }
 
@@ -68,12 +78,12 @@ __global__ void gemm_reduce_kernel(const float* partial, int splits, int64_t n, 
 
 }  // namespace
 
-void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, cudaStream_t s) {
+void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, bool wg_order, cudaStream_t s) {
     if (T <= 0) return;
     DF_CUDA_REQUIRE(cols > 0 && cols % 32 == 0, "gemm_act: cols must be a multiple of 32");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(xhl) % 16 == 0,
                     "gemm_act: x and xhl must be 16-byte aligned");
-    launch(gemm_act_kernel, T, kActThreads, 0, s, x, cols, xhl, xinv);
+    launch(gemm_act_kernel, T, kActThreads, 0, s, x, cols, xhl, xinv, wg_order);
 }
 
 void launch_gemm_reduce(const float* partial, int splits, int64_t n, float* out, bool accumulate, cudaStream_t s) {

@@ -101,13 +101,23 @@ struct QGemmArgs {
     int splits = 1;                 // K ranges over blockIdx.z; > 1: partial sums, then launch_gemm_reduce
     float* partial = nullptr;       // splits * T * rows floats when splits > 1
     const ImmaTables* itables = nullptr;
+    bool wg_order = false;          // xhl in launch_gemm_act's wg_order
 };
 struct QGemmEntry {
     void (*launch)(const QGemmArgs&, cudaStream_t) = nullptr;  // nullptr: no exact-f16 GEMM
     int unit = 0;                                               // cols must be a multiple of it
+    void (*launch_wg)(const QGemmArgs&, cudaStream_t) = nullptr;  // the wgmma form (wg_order), if any
 };
-// Rows and tokens of one qgemm block, and blocks resident per SM (the caller sizes splits from them).
+// Rows and tokens of one qgemm block, and blocks resident per SM (the caller sizes splits from
+// them), for the mma.sync kernel (gemm_q.cuh) and the wgmma one (gemm_wg.cuh).
 constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128, kQGemmBlocksPerSm = 2;
+constexpr int kQGemmWgTileRows = 64, kQGemmWgBlocksPerSm = 2;
+// Whether this build has the wgmma kernels (sm_90a code; CMake's DF_CUDA_WGMMA).
+#if defined(DF_CUDA_WGMMA)
+constexpr bool kQGemmWgBuilt = true;
+#else
+constexpr bool kQGemmWgBuilt = false;
+#endif
 
 struct QuantOps {
     int unit;  // elements per decode unit: cols must be a multiple of it for matmul
@@ -119,9 +129,11 @@ struct QuantOps {
 };
 
 // Activations of a qgemm: per token t, x 2^k_t (k_t puts the largest |x| in [2^14, 2^15)) split
-// into f16 hi + lo, stored per 32-column slab as 32 hi then 32 lo halves (xhl: 2 * T * cols
-// halves, 16-byte aligned); xinv[t] = 2^-k_t. cols a multiple of 32.
-void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, cudaStream_t s);
+// into f16 hi + lo, stored per 32-column slab as 8 chunks of 8 halves, 4 of hi then 4 of lo (xhl:
+// 2 * T * cols halves, 16-byte aligned); xinv[t] = 2^-k_t. cols a multiple of 32. Chunk c holds
+// columns 8c .. 8c + 7 of the slab; in wg_order (the wgmma GEMM, gemm_wg.cuh), chunk c holds the
+// pairs 2c, 2c + 1 of each lane's 8 columns: columns 8i + 2c, 8i + 2c + 1 for i = 0 .. 3.
+void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, bool wg_order, cudaStream_t s);
 // out[i] (+)= sum over z < splits of partial[z * n + i], z in order; n = T * rows.
 void launch_gemm_reduce(const float* partial, int splits, int64_t n, float* out, bool accumulate, cudaStream_t s);
 

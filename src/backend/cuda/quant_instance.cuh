@@ -4,6 +4,7 @@
 
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemm_q.cuh"
+#include "backend/cuda/gemm_wg.cuh"
 #include "backend/cuda/imma.cuh"
 #include "backend/cuda/matvec.cuh"
 

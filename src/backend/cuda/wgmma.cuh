@@ -1,0 +1,71 @@
+// Warpgroup tensor-core instructions (wgmma, sm_90a) for the prefill GEMM (gemm_wg.cuh).
+//
+// wgmma is issued by the four warps of a warpgroup together and runs asynchronously: operands in
+// registers must not change, and accumulators must not be read, until wgmma_wait says the group
+// is done. A comes from registers in the m16n8k16 layout of mma.cuh, warp w of the warpgroup
+// holding rows 16 w .. 16 w + 15 of the 64; D likewise (per n8 tile j: d[4 j .. 4 j + 3]). B comes
+// from shared memory through a descriptor (wg_desc). The instructions exist only in sm_90a code
+// (DF_CUDA_WGMMA builds, __CUDA_ARCH_FEAT_SM90_ALL); elsewhere these trap and the host never
+// launches a kernel that uses them.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/device_util.cuh"
+
+namespace df::cuda {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DF_WGMMA_DEVICE 1
+#else
+#define DF_WGMMA_DEVICE 0
+#endif
+
+// Shared-memory matrix descriptor, no swizzle, K-major: core matrices of 8 rows x 16 bytes, each
+// 128 contiguous bytes; lbo: bytes between core matrices adjacent in K, sbo: adjacent in N.
+DF_DEV uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+           (static_cast<uint64_t>(sbo >> 4) << 32);
+}
+
+DF_DEV void wgmma_fence() {
+#if DF_WGMMA_DEVICE
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DF_DEV void wgmma_commit() {
+#if DF_WGMMA_DEVICE
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+DF_DEV void wgmma_wait() {
+#if DF_WGMMA_DEVICE
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+// Orders this thread's generic-proxy writes to shared memory (cp.async, st.shared) before later
+// async-proxy reads (wgmma's B); then a barrier publishes them to the warpgroup.
+DF_DEV void fence_proxy_async() {
+#if DF_WGMMA_DEVICE
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// d (+)= a b: m64n128k16, f16 inputs, f32 accumulators; accumulate = false ignores d's contents.
+DF_DEV void wgmma_m64n128k16_f16(float (&d)[64], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+#if DF_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+    __trap();
+#endif
+}
+
+}  // namespace df::cuda
