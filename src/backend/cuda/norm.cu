@@ -140,68 +140,79 @@ void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, 
         launch(rmsnorm_units_kernel<false>, rows, 32 * warps, 0, s, x, xs, w, n, eps, out, os, xq, xe);
 }
 
-// One block per (head, token) of the one or two head sets; head_dim <= 512.
-__global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a) {
+// One block per token and group of per_block heads of the one or two head sets (numbered set 0
+// first); head_dim <= 512. Prefill takes 8 heads per block, so a token's rotation angles (a serial
+// product per angle, then cosf and sinf) are computed once for 8 heads, not per head.
+__global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
     pdl_begin();
-    const int t = blockIdx.y, first = blockIdx.x >= a.set[0].heads;
-    const int h = first ? blockIdx.x - a.set[0].heads : blockIdx.x;
-    // Field by field: indexing the parameter struct with a runtime value would copy it to local memory.
-    float* const x = first ? a.set[1].x : a.set[0].x;
-    const int head_stride = first ? a.set[1].head_stride : a.set[0].head_stride;
-    const int row = first ? a.set[1].row : a.set[0].row;
-    const float* const norm_w = first ? a.set[1].norm_w : a.set[0].norm_w;
-    const int head_dim = a.head_dim;
-    float* v = x + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_stride;
+    const int t = blockIdx.y, heads0 = a.set[0].heads;
+    const int total = heads0 + (a.sets > 1 ? a.set[1].heads : 0);
+    const int hb = blockIdx.x * per_block, he = min(total, hb + per_block);
+    const int head_dim = a.head_dim, half = a.n_rot / 2;
+    __shared__ float buf[512], rc[256], rs[256];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        // ggml's rope cache: theta_i by i repeated f32 multiplications from the position.
+        float theta = static_cast<float>(a.pos[t]);
+        for (int k = 0; k < i; ++k) theta *= a.theta_scale;
+        rc[i] = cosf(theta);
+        rs[i] = sinf(theta);
+    }
+    for (int hh = hb; hh < he; ++hh) {
+        __syncthreads();  // the previous head is done with buf and part; the angles are in place
+        const int first = hh >= heads0;  // (the second set)
+        const int h = first ? hh - heads0 : hh;
+        // Field by field: indexing the parameter struct with a runtime value would copy it to local memory.
+        float* const x = first ? a.set[1].x : a.set[0].x;
+        const int head_stride = first ? a.set[1].head_stride : a.set[0].head_stride;
+        const int row = first ? a.set[1].row : a.set[0].row;
+        const float* const norm_w = first ? a.set[1].norm_w : a.set[0].norm_w;
+        float* v = x + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_stride;
 
-    // The KV store of this head (the k set only): after the norm and rotation, from the values
-    // written to x; v's head is copied alongside.
-    const bool store = a.k_cache && first == a.sets - 1;
-    const int64_t cache_at = store ? static_cast<int64_t>(a.pos[t]) * row + static_cast<int64_t>(h) * head_dim : 0;
-    auto put = [&](int i, float val) {
-        v[i] = val;
-        if (!store) return;
-        if (a.half_cache)
-            static_cast<__half*>(a.k_cache)[cache_at + i] = __float2half_rn(val);
-        else
-            static_cast<float*>(a.k_cache)[cache_at + i] = val;
-    };
-    if (store) {
-        const float* vs = a.v + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_dim;
-        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        // The KV store of this head (the k set only): after the norm and rotation, from the values
+        // written to x; v's head is copied alongside.
+        const bool store = a.k_cache && first == a.sets - 1;
+        const int64_t cache_at = store ? static_cast<int64_t>(a.pos[t]) * row + static_cast<int64_t>(h) * head_dim : 0;
+        auto put = [&](int i, float val) {
+            v[i] = val;
+            if (!store) return;
             if (a.half_cache)
-                static_cast<__half*>(a.v_cache)[cache_at + i] = __float2half_rn(vs[i]);
+                static_cast<__half*>(a.k_cache)[cache_at + i] = __float2half_rn(val);
             else
-                static_cast<float*>(a.v_cache)[cache_at + i] = vs[i];
+                static_cast<float*>(a.k_cache)[cache_at + i] = val;
+        };
+        if (store) {
+            const float* vs = a.v + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_dim;
+            for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+                if (a.half_cache)
+                    static_cast<__half*>(a.v_cache)[cache_at + i] = __float2half_rn(vs[i]);
+                else
+                    static_cast<float*>(a.v_cache)[cache_at + i] = vs[i];
+            }
         }
-    }
 
-    __shared__ float buf[512];
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = v[i];
-    __syncthreads();
-    if (norm_w) {
-        double s = 0;
-        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) s += static_cast<double>(__fmul_rn(buf[i], buf[i]));
-        __shared__ double part[4];
-        s = warp_sum(s);
-        if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = v[i];
         __syncthreads();
-        const double tot = part[0] + part[1] + part[2] + part[3];
-        const float scale = rms_scale(tot, head_dim, a.eps);
-        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = __fmul_rn(__fmul_rn(buf[i], scale), norm_w[i]);
-        __syncthreads();
-    }
-    const int half = a.n_rot / 2;
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-        if (i < half) {
-            // ggml's rope cache: theta_i by i repeated f32 multiplications from the position.
-            float theta = static_cast<float>(a.pos[t]);
-            for (int k = 0; k < i; ++k) theta *= a.theta_scale;
-            const float c = cosf(theta), sn = sinf(theta);
-            const float x0 = buf[i], x1 = buf[i + half];
-            put(i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)));
-            put(i + half, __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c)));
-        } else if (i >= a.n_rot) {
-            put(i, buf[i]);
+        if (norm_w) {
+            double s = 0;
+            for (int i = threadIdx.x; i < head_dim; i += blockDim.x) s += static_cast<double>(__fmul_rn(buf[i], buf[i]));
+            __shared__ double part[4];
+            s = warp_sum(s);
+            if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+            __syncthreads();
+            const double tot = part[0] + part[1] + part[2] + part[3];
+            const float scale = rms_scale(tot, head_dim, a.eps);
+            for (int i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = __fmul_rn(__fmul_rn(buf[i], scale), norm_w[i]);
+            __syncthreads();
+        }
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+            if (i < half) {
+                const float c = rc[i], sn = rs[i];
+                const float x0 = buf[i], x1 = buf[i + half];
+                put(i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)));
+                put(i + half, __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c)));
+            } else if (i >= a.n_rot) {
+                put(i, buf[i]);
+            }
         }
     }
 }
@@ -302,7 +313,8 @@ void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s) {
     const HeadSet& k = a.set[a.sets - 1];
     DF_CUDA_REQUIRE(!a.k_cache || (k.head_stride == a.head_dim && k.row == k.heads * a.head_dim),
                     "attn_prep: the stored set must be contiguous heads");
-    launch(attn_prep_kernel, dim3(a.set[0].heads + (a.sets > 1 ? a.set[1].heads : 0), a.T), 128, 0, s, a);
+    const int heads = a.set[0].heads + (a.sets > 1 ? a.set[1].heads : 0), per_block = a.T > 8 ? 8 : 1;
+    launch(attn_prep_kernel, dim3((heads + per_block - 1) / per_block, a.T), 128, 0, s, a, per_block);
 }
 
 void launch_gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
