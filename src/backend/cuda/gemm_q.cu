@@ -43,6 +43,24 @@ __global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, i
     const float scale = ldexpf(1.f, k);
     if (threadIdx.x == 0) xinv[t] = ldexpf(1.f, -k);
     uint16_t* out = xhl + static_cast<size_t>(t) * 2 * cols;
+    if (wg_order) {
+        // A thread per chunk c of a slab: its columns 8i + 2c, 8i + 2c + 1 (i < 4) are 4 float2
+        // loads, its hi and lo one 16-byte store each (4 threads write a slab's 64 hi bytes).
+        const float2* row2 = reinterpret_cast<const float2*>(x + static_cast<size_t>(t) * cols);
+        for (int j = threadIdx.x; j < cols / 8; j += kActThreads) {
+            const int slab = j / 4, c = j % 4;
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 v = row2[slab * 16 + 4 * i + c];
+                split_pair(v.x * scale, v.y * scale, hi[i], lo[i]);
+            }
+            uint4* o = reinterpret_cast<uint4*>(out + static_cast<size_t>(slab) * 64) + c;
+            o[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            o[4] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < cols / 8; i += kActThreads) {
         const float4 a = row[2 * i], b = row[2 * i + 1];
         const float v[8] = {a.x * scale, a.y * scale, a.z * scale, a.w * scale,
@@ -52,17 +70,8 @@ __global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, i
         for (int j = 0; j < 4; ++j) split_pair(v[2 * j], v[2 * j + 1], hi[j], lo[j]);
         // Element 8i lies in slab 8i / 32 at offset 8i % 32: hi at slab * 64 + offset, lo 32 later.
         const size_t base = static_cast<size_t>(i / 4) * 64 + (i % 4) * 8;
-        if (wg_order) {  // pair p of the 8 goes to chunk p, word i % 4 (kernels.h)
-            uint32_t* w = reinterpret_cast<uint32_t*>(out + static_cast<size_t>(i / 4) * 64) + (i % 4);
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {
-                w[4 * p] = hi[p];
-                w[4 * p + 16] = lo[p];
-            }
-        } else {
-            *reinterpret_cast<uint4*>(out + base) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            *reinterpret_cast<uint4*>(out + base + 32) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        }
+        *reinterpret_cast<uint4*>(out + base) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(out + base + 32) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
 }
 
