@@ -221,7 +221,7 @@ DF_DEV void slab_product(float (&c)[4], const uint32_t (&a0)[4], const uint32_t 
     for (int e = 0; e < 4; ++e) c[e] = fmaf(t[e], s[e >> 1], c[e]);
 }
 
-template <Type TY, bool kWgOrder>
+template <Type TY>
 __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(const QGemmArgs a) {
     using G = GemmQ<TY>;
     constexpr int S = kQgStages, SPU = qg_slabs_per_unit<G>(), US = qg_unit_slots<G>(), UB = qg_unit_bytes<G>();
@@ -329,17 +329,7 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
 #pragma unroll
         for (int nj = 0; nj < NJ; ++nj) {
             const uint8_t* bt = bs + (wn + 8 * nj + g) * 128;
-            uint4 bh, bl;
-            if constexpr (kWgOrder) {  // word q of chunks 0 .. 3 (hi) and 4 .. 7 (lo)
-                const uint8_t* bq = bt + 4 * q;
-                bh = make_uint4(lds_u32(bq + ((0 ^ swz) << 4)), lds_u32(bq + ((1 ^ swz) << 4)),
-                                lds_u32(bq + ((2 ^ swz) << 4)), lds_u32(bq + ((3 ^ swz) << 4)));
-                bl = make_uint4(lds_u32(bq + ((4 ^ swz) << 4)), lds_u32(bq + ((5 ^ swz) << 4)),
-                                lds_u32(bq + ((6 ^ swz) << 4)), lds_u32(bq + ((7 ^ swz) << 4)));
-            } else {
-                bh = lds_u4(bt + ((q ^ swz) << 4));
-                bl = lds_u4(bt + (((4 + q) ^ swz) << 4));
-            }
+            const uint4 bh = lds_u4(bt + ((q ^ swz) << 4)), bl = lds_u4(bt + (((4 + q) ^ swz) << 4));
 #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
                 slab_product(acc[mi][nj], af[mi][0], af[mi][1], bh, bl, sc[mi]);
@@ -372,34 +362,21 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
         }
 }
 
-template <Type TY, bool kWgOrder>
-void qgemm_launch_order(const QGemmArgs& a, cudaStream_t s) {
-    constexpr int smem = qg_smem_bytes<GemmQ<TY>>();
-    static_assert(kQGemmBlocksPerSm * (smem + 1024) <= 228 * 1024, "qgemm: the blocks per SM must fit");
-    static bool attr_set = false;  // ops are issued from one thread
-    if (!attr_set) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_kernel<TY, kWgOrder>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        attr_set = true;
-    }
-    const dim3 grid((a.w.rows + kQgBM - 1) / kQgBM, (a.T + kQgBN - 1) / kQgBN, a.splits);
-    launch(qgemm_kernel<TY, kWgOrder>, grid, kQgThreads, smem, s, a);
-}
-
-// The activations' wg_order arises only in builds with the wgmma kernels, and there only types
-// without one (the K-quants) come here with it.
-template <Type TY>
-constexpr bool qgemm_takes_wg_order() { return kQGemmWgBuilt && decoder_has_mins<GemmQ<TY>>(); }
-
 template <Type TY>
 void qgemm_launch(const QGemmArgs& a, cudaStream_t s) {
+    constexpr int smem = qg_smem_bytes<GemmQ<TY>>();
+    static_assert(kQGemmBlocksPerSm * (smem + 1024) <= 228 * 1024, "qgemm: the blocks per SM must fit");
+    DF_CUDA_REQUIRE(!a.wg_order, "qgemm: activations in the wgmma order (gemm_wg.cuh)");
     DF_CUDA_REQUIRE(a.T > 0 && a.w.cols % GemmQ<TY>::kUnitCols == 0, "qgemm: cols must be a multiple of the unit");
     DF_CUDA_REQUIRE(a.splits >= 1 && a.splits <= a.w.cols / GemmQ<TY>::kUnitCols && (a.splits == 1 || a.partial),
                     "qgemm: bad split");
-    if constexpr (qgemm_takes_wg_order<TY>()) {
-        if (a.wg_order) return qgemm_launch_order<TY, true>(a, s);
+    static bool attr_set = false;  // ops are issued from one thread
+    if (!attr_set) {
+        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        attr_set = true;
     }
-    DF_CUDA_REQUIRE(!a.wg_order, "qgemm: activations in wg_order for a kernel that reads the plain order");
-    qgemm_launch_order<TY, false>(a, s);
+    const dim3 grid((a.w.rows + kQgBM - 1) / kQgBM, (a.T + kQgBN - 1) / kQgBN, a.splits);
+    launch(qgemm_kernel<TY>, grid, kQgThreads, smem, s, a);
 }
 
 }  // namespace df::cuda

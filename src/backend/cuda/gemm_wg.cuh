@@ -1,5 +1,5 @@
 // Prefill GEMM (T > 8) on exact f16 weights with wgmma (sm_90a): the product of gemm_q.cuh, for
-// the decoders without mins (Q8_0, IQ2_*, IQ3_*), issued by a warpgroup instead of four warps.
+// all its decoders, issued by a warpgroup instead of four warps.
 //
 // The decoders' registers are wgmma's A operand as they are: warp w of the block (one warpgroup)
 // decodes rows 16 w + g and 16 w + g + 8 of the block's 64, exactly the m16n8k16 fragment that
@@ -11,7 +11,9 @@
 // apart): a k16 step's 16 columns are 32 bytes of each row, so each of a slab's four products
 // (hi and lo of both steps) is one wgmma m64n128k16 whose descriptor starts 32 bytes further.
 // They go into a temporary accumulator that the float scale multiplies into the result once per
-// scale group: a slab for Q8_0 (per-block d), a 256-column unit for the IQ types.
+// scale group: a slab for Q8_0 (per-block d), a 256-column unit for the IQ types and K-quants.
+// K-quants' mins (w = d sc q - dmin m) take four more products with the sub-block minimum as the
+// weight into a second accumulator, which - dmin multiplies.
 //
 // Pipelining: the barrier, refill and decode of slab i + 1 run while slab i's wgmma group is in
 // flight (A registers double-buffered); the scale FMAs wait for the group (ptxas serializes all
@@ -111,8 +113,12 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
 
     const ImmaLane ln = G::lane(tabs, lane);
     const int r0 = 16 * warp + g, r1 = r0 + 8;
+    constexpr bool kMins = decoder_has_mins<G>();
+    constexpr int TM = kMins ? 64 : 1;
     float acc[64], t[64], sv[2][2];  // result, temporary accumulator, row scales per slab parity
+    float tm[TM], svm[2][2];         // mins: sums of the sub-block minimum times x, - dmin per row
     uint32_t af[2][2][4];            // A fragments per slab parity and k16 step
+    uint32_t am[2][4];               // mins: the rows' minimum pairs (the same at both k16 steps)
 #pragma unroll
     for (int e = 0; e < 64; ++e) acc[e] = 0.f;
 
@@ -126,14 +132,25 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
         const int lu = i / SPU, m = i % SPU;
         const uint8_t* us = units_smem + (lu % US) * UB;
         uint32_t h0[4], h1[4];
-        G::slab(ln, us + r0 * G::kStride, m, h0);
-        G::slab(ln, us + r1 * G::kStride, m, h1);
+        if constexpr (kMins) {
+            uint32_t n0, n1;
+            G::slab(ln, us + r0 * G::kStride, m, h0, n0);
+            G::slab(ln, us + r1 * G::kStride, m, h1, n1);
+            am[P][0] = n0; am[P][1] = n1; am[P][2] = n0; am[P][3] = n1;
+        } else {
+            G::slab(ln, us + r0 * G::kStride, m, h0);
+            G::slab(ln, us + r1 * G::kStride, m, h1);
+        }
         af[P][0][0] = h0[0]; af[P][0][1] = h1[0]; af[P][0][2] = h0[1]; af[P][0][3] = h1[1];
         af[P][1][0] = h0[2]; af[P][1][1] = h1[2]; af[P][1][2] = h0[3]; af[P][1][3] = h1[3];
         if (i % SG == SG - 1) {
             const uint8_t* hs = us + kWgBM * G::kStride;
             sv[P][0] = G::scale(us + r0 * G::kStride, hs + r0 * G::kHead, u0 + lu, m);
             sv[P][1] = G::scale(us + r1 * G::kStride, hs + r1 * G::kHead, u0 + lu, m);
+            if constexpr (kMins) {
+                svm[P][0] = -G::dmin_scale(us + r0 * G::kStride);
+                svm[P][1] = -G::dmin_scale(us + r1 * G::kStride);
+            }
         }
     };
     // Slab i's four products into t; slab i + 1 is prepared while they run. The accumulators are
@@ -145,6 +162,12 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
         wgmma_m64n128k16_f16(t, af[P][0], wg_desc_sw128(sb + 64), true);       // step 0 lo
         wgmma_m64n128k16_f16(t, af[P][1], wg_desc_sw128(sb + 32), true);       // step 1 hi
         wgmma_m64n128k16_f16(t, af[P][1], wg_desc_sw128(sb + 96), true);       // step 1 lo
+        if constexpr (kMins) {  // - dmin sum_k m(k) x_k: the minimum as the weight
+            wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 0), i % SG != 0);
+            wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 64), true);
+            wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 32), true);
+            wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 96), true);
+        }
         wgmma_commit();
         if (i + 1 < nk) {
             wgmma_wait<1>();  // slab i - 1's group: af[1 - P] is free
@@ -154,6 +177,10 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
             wgmma_wait<0>();
 #pragma unroll
             for (int e = 0; e < 64; ++e) acc[e] = fmaf(t[e], sv[P][(e >> 1) & 1], acc[e]);
+            if constexpr (kMins) {
+#pragma unroll
+                for (int e = 0; e < 64; ++e) acc[e] = fmaf(tm[e], svm[P][(e >> 1) & 1], acc[e]);
+            }
         }
     };
     prepare.template operator()<0>(0);
@@ -206,7 +233,7 @@ template <Type TY>
 constexpr QGemmEntry qgemm_entry() {
     if constexpr (!GemmQ<TY>::kSupported)
         return {nullptr, 0, nullptr};
-    else if constexpr (kQGemmWgBuilt && !decoder_has_mins<GemmQ<TY>>())
+    else if constexpr (kQGemmWgBuilt)
         return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, qgemm_wg_launch<TY>};
     else
         return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, nullptr};
