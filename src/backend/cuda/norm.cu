@@ -141,8 +141,8 @@ void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, 
 }
 
 // One block per token and group of per_block heads of the one or two head sets (numbered set 0
-// first); head_dim <= 512. Prefill takes 8 heads per block, so a token's rotation angles (a serial
-// product per angle, then cosf and sinf) are computed once for 8 heads, not per head.
+// first); head_dim <= 512. Prefill takes several heads per block, so a token's rotation angles (a
+// serial product per angle, then cosf and sinf) are computed once for them, not per head.
 __global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
     pdl_begin();
     const int t = blockIdx.y, heads0 = a.set[0].heads;
@@ -313,7 +313,9 @@ void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s) {
     const HeadSet& k = a.set[a.sets - 1];
     DF_CUDA_REQUIRE(!a.k_cache || (k.head_stride == a.head_dim && k.row == k.heads * a.head_dim),
                     "attn_prep: the stored set must be contiguous heads");
-    const int heads = a.set[0].heads + (a.sets > 1 ? a.set[1].heads : 0), per_block = a.T > 8 ? 8 : 1;
+    // Prefill: 8 heads per block from 256 tokens on, 2 below (to keep the grid full).
+    const int heads = a.set[0].heads + (a.sets > 1 ? a.set[1].heads : 0);
+    const int per_block = a.T >= 256 ? 8 : a.T > 8 ? 2 : 1;
     launch(attn_prep_kernel, dim3((heads + per_block - 1) / per_block, a.T), 128, 0, s, a, per_block);
 }
 
