@@ -41,7 +41,7 @@ constexpr int wg_unit_bytes() { return kWgBM * (G::kStride + G::kHead); }
 // + 1024: the slab stages start on a 1024-byte boundary (the swizzle atom).
 template <class G>
 constexpr int wg_smem_bytes() { return 1024 + kWgStages * kWgSlabBytes + wg_unit_slots<G>() * wg_unit_bytes<G>() + qg_tabs_bytes<G>(); }
-// Q8_0's scale changes every slab; the IQ types' over a unit.
+// Q8_0's scale changes every slab; the other types' over a 256-column unit.
 template <class G>
 constexpr int wg_scale_slabs() { return G::kUnitCols == 64 ? 1 : qg_slabs_per_unit<G>(); }
 
@@ -133,10 +133,10 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
         const uint8_t* us = units_smem + (lu % US) * UB;
         uint32_t h0[4], h1[4];
         if constexpr (kMins) {
-            uint32_t n0, n1;
-            G::slab(ln, us + r0 * G::kStride, m, h0, n0);
-            G::slab(ln, us + r1 * G::kStride, m, h1, n1);
-            am[P][0] = n0; am[P][1] = n1; am[P][2] = n0; am[P][3] = n1;
+            uint32_t mn0, mn1;
+            G::slab(ln, us + r0 * G::kStride, m, h0, mn0);
+            G::slab(ln, us + r1 * G::kStride, m, h1, mn1);
+            am[P][0] = mn0; am[P][1] = mn1; am[P][2] = mn0; am[P][3] = mn1;
         } else {
             G::slab(ln, us + r0 * G::kStride, m, h0);
             G::slab(ln, us + r1 * G::kStride, m, h1);
@@ -153,8 +153,9 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
             }
         }
     };
-    // Slab i's four products into t; slab i + 1 is prepared while they run. The accumulators are
-    // read (the fold) only with no wgmma in flight: ptxas serializes every wgmma otherwise.
+    // Slab i's four products into t (the mins' four into tm); slab i + 1 is prepared while they
+    // run. The accumulators are read (the fold) only with no wgmma in flight: ptxas serializes
+    // every wgmma otherwise.
     auto compute = [&]<int P>(int i) {
         const uint32_t sb = smem_addr(slabs_smem + (i % S) * kWgSlabBytes);
         wgmma_fence();
