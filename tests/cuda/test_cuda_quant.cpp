@@ -136,10 +136,8 @@ TEST(CudaMatmulShapes, ShortRowsAndKTails) {
     check_matmul(Type::Q4_K, 131, 2560, {1, 3, 200}, true);
 }
 
-// The exact-f16 GEMM (gemm_q.cuh): several row and token blocks, row and token tails, K split
-// into ranges (small grids), accumulation.
-// Runs f once per form of the exact-f16 GEMM this build and device have: mma.sync (plain order)
-// and, on sm_90a, wgmma (with the K-quants' mma.sync kernel reading the wgmma order).
+// Runs f once per form of the exact-f16 GEMM this build and device have: mma.sync (gemm_q.cuh,
+// plain order) and, on sm_90a builds and a 9.0 device, wgmma (gemm_wg.cuh, wg_order).
 template <class F>
 void for_each_qgemm_form(F&& f) {
     auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu_backend());
@@ -156,6 +154,8 @@ void for_each_qgemm_form(F&& f) {
     cuda.set_qgemm_wgmma(wg_default);
 }
 
+// The exact-f16 GEMM: several row and token blocks, row and token tails, K split into ranges
+// (small grids), accumulation.
 TEST(CudaMatmulShapes, ExactF16GemmTilesAndSplits) {
     DF_REQUIRE_CUDA();
     for_each_qgemm_form([] {
