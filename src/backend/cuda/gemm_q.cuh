@@ -362,21 +362,28 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
         }
 }
 
-template <Type TY>
-void qgemm_launch(const QGemmArgs& a, cudaStream_t s) {
-    constexpr int smem = qg_smem_bytes<GemmQ<TY>>();
-    static_assert(kQGemmBlocksPerSm * (smem + 1024) <= 228 * 1024, "qgemm: the blocks per SM must fit");
-    DF_CUDA_REQUIRE(!a.wg_order, "qgemm: activations in the wgmma order (gemm_wg.cuh)");
+// Checks a qgemm's arguments, raises the kernel's shared-memory limit on first use and launches
+// it over blocks of bm rows x bn tokens (x splits); shared by this kernel and gemm_wg.cuh's.
+template <Type TY, auto kKernel>
+void qgemm_start(const QGemmArgs& a, int smem, int bm, int bn, int threads, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.T > 0 && a.w.cols % GemmQ<TY>::kUnitCols == 0, "qgemm: cols must be a multiple of the unit");
     DF_CUDA_REQUIRE(a.splits >= 1 && a.splits <= a.w.cols / GemmQ<TY>::kUnitCols && (a.splits == 1 || a.partial),
                     "qgemm: bad split");
     static bool attr_set = false;  // ops are issued from one thread
     if (!attr_set) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        DF_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
-    const dim3 grid((a.w.rows + kQgBM - 1) / kQgBM, (a.T + kQgBN - 1) / kQgBN, a.splits);
-    launch(qgemm_kernel<TY>, grid, kQgThreads, smem, s, a);
+    const dim3 grid((a.w.rows + bm - 1) / bm, (a.T + bn - 1) / bn, a.splits);
+    launch(kKernel, grid, threads, smem, s, a);
+}
+
+template <Type TY>
+void qgemm_launch(const QGemmArgs& a, cudaStream_t s) {
+    constexpr int smem = qg_smem_bytes<GemmQ<TY>>();
+    static_assert(kQGemmBlocksPerSm * (smem + 1024) <= 228 * 1024, "qgemm: the blocks per SM must fit");
+    DF_CUDA_REQUIRE(!a.wg_order, "qgemm: activations in the wgmma order (gemm_wg.cuh)");
+    qgemm_start<TY, qgemm_kernel<TY>>(a, smem, kQgBM, kQgBN, kQgThreads, s);
 }
 
 }  // namespace df::cuda

@@ -218,16 +218,7 @@ void qgemm_wg_launch(const QGemmArgs& a, cudaStream_t s) {
     constexpr int smem = wg_smem_bytes<GemmQ<TY>>();
     static_assert(kQGemmWgBlocksPerSm * (smem + 1024) <= 228 * 1024, "qgemm_wg: the blocks per SM must fit");
     DF_CUDA_REQUIRE(a.wg_order, "qgemm_wg: needs the activations in wg_order");
-    DF_CUDA_REQUIRE(a.T > 0 && a.w.cols % GemmQ<TY>::kUnitCols == 0, "qgemm_wg: cols must be a multiple of the unit");
-    DF_CUDA_REQUIRE(a.splits >= 1 && a.splits <= a.w.cols / GemmQ<TY>::kUnitCols && (a.splits == 1 || a.partial),
-                    "qgemm_wg: bad split");
-    static bool attr_set = false;  // ops are issued from one thread
-    if (!attr_set) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_wg_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        attr_set = true;
-    }
-    const dim3 grid((a.w.rows + kWgBM - 1) / kWgBM, (a.T + kWgBN - 1) / kWgBN, a.splits);
-    launch(qgemm_wg_kernel<TY>, grid, kWgThreads, smem, s, a);
+    qgemm_start<TY, qgemm_wg_kernel<TY>>(a, smem, kWgBM, kWgBN, kWgThreads, s);
 }
 
 template <Type TY>
