@@ -5,6 +5,7 @@
 #                                     with the extra golden models, into .carry/ (ignored)
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
 #        phases: info tests golden eval bench-kernels profile bench-models step-profile prefill-profile
+#                kernel-profile
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
 #                PREFILL_PROFILE="preset:tokens ..." overrides)
@@ -126,6 +127,25 @@ PY
             ncu --metrics gpu__time_duration.sum --csv $D bench -m "/tmp/$p.gguf" --backend cuda -p "$n" -n 1 \
                 --reps 1 > "$out/prefill_$p.csv" 2>/dev/null
             python3 scripts/step_profile.py --all "$out/prefill_$p.csv" | head -n 25 | tee "$out/prefill_$p.txt"
+        done
+        ;; esac
+    case ",$phases," in *,kernel-profile,*)
+        # One launch of a kernel inside a real prefill, with ncu's sections
+        # (KERNEL_PROFILE="preset:tokens:kernel-regex:launches-to-skip ...").
+        echo "== ncu sections of one kernel launch in a prefill"
+        local sec="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats"
+        local i=0 kp
+        for kp in ${KERNEL_PROFILE:-qwen3-4b-q8_0:4096:attn_prefill:130}; do
+            IFS=':' read -r p n k skip <<<"$kp"
+            [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+            ncu --clock-control none $sec --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active" \
+                -k "regex:$k" --launch-skip "$skip" --launch-count 1 \
+                $D bench -m "/tmp/$p.gguf" --backend cuda -p "$n" -n 1 --reps 1 > "$out/kprof_$i.txt" 2>&1
+            echo "-- $kp"
+            grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/kprof_$i.txt" | sort -k3 -gr | head -n 8
+            grep -E "pipe_.*pct.* [1-9][0-9]*\.[0-9]+$" "$out/kprof_$i.txt" | sort -k3 -gr | head -n 8
+            grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Shared|Bank" "$out/kprof_$i.txt" | head -n 30
+            i=$((i + 1))
         done
         ;; esac
     case ",$phases," in *,bench-models,*)

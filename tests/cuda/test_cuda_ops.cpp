@@ -336,13 +336,13 @@ TEST(CudaOps, GatedRmsNormInPlace) {
     EXPECT_TRUE(all_close(xg.get(), ref, tol_rel(ref, 8 * kEps, 1e-30f)));
 }
 
-// conv + delta rule over two consecutive calls (the carried state matters), Hv != Hk.
-TEST(CudaOps, GdnConvAndDeltaRuleCarryState) {
-    DF_REQUIRE_CUDA();
+// conv + delta rule over consecutive calls (the carried state matters), Hv != Hk. T > 8 takes
+// the prepared-input kernels: lanes per value column by head dim (64, 128, 256), a warp per
+// column otherwise (96).
+void check_gdn_calls(const GdnShape& gs, std::initializer_list<int> Ts) {
     Backend& cpu = *cpu_backend();
     Backend& gpu = *gpu_backend();
     auto g = test_rng();
-    const GdnShape gs{2, 6, 128, 4};
     const int C = gs.channels(), Hv = gs.v_heads, D = gs.head_dim;
     std::uniform_real_distribution<float> u(-0.5f, 0.5f), a_dist(1.f, 16.f), dt(-7.f, -2.f);
     std::vector<float> convw(static_cast<size_t>(C) * gs.conv_kernel), dt_bias(Hv), a_neg(Hv);
@@ -352,8 +352,8 @@ TEST(CudaOps, GdnConvAndDeltaRuleCarryState) {
     Buf<float> cwc(cpu, convw), cwg(gpu, convw), dbc(cpu, dt_bias), dbg(gpu, dt_bias), anc(cpu, a_neg), ang(gpu, a_neg);
     Buf<float> csc(cpu, static_cast<size_t>(gs.conv_kernel - 1) * C, MemKind::state), csg(gpu, static_cast<size_t>(gs.conv_kernel - 1) * C, MemKind::state);
     Buf<float> ssc(cpu, static_cast<size_t>(Hv) * D * D, MemKind::state), ssg(gpu, static_cast<size_t>(Hv) * D * D, MemKind::state);
-    for (int T : {3, 1, 64, 9, 2, 300, 7}) {  // shorter than the conv, tails of token segments
-        SCOPED_TRACE("T " + std::to_string(T));
+    for (int T : Ts) {
+        SCOPED_TRACE("head dim " + std::to_string(D) + ", T " + std::to_string(T));
         const auto qkv = randn(g, static_cast<size_t>(T) * C), alpha = randn(g, static_cast<size_t>(T) * Hv),
                    beta = randn(g, static_cast<size_t>(T) * Hv);
         Buf<float> xc(cpu, qkv), xg(gpu, qkv), alc(cpu, alpha), alg(gpu, alpha), bec(cpu, beta), beg(gpu, beta);
@@ -377,6 +377,14 @@ TEST(CudaOps, GdnConvAndDeltaRuleCarryState) {
         EXPECT_TRUE(all_close(ssg.get(), s_ref, tol_rel(s_ref, 0.f, 2e-5f))) << "delta state";
         ssg.set(s_ref);
     }
+}
+
+TEST(CudaOps, GdnConvAndDeltaRuleCarryState) {
+    DF_REQUIRE_CUDA();
+    check_gdn_calls(GdnShape{2, 6, 128, 4}, {3, 1, 64, 9, 2, 300, 7});  // shorter than the conv, segment tails
+    check_gdn_calls(GdnShape{3, 3, 64, 4}, {9, 1, 130});
+    check_gdn_calls(GdnShape{1, 3, 256, 4}, {33, 2, 17});
+    check_gdn_calls(GdnShape{2, 4, 96, 4}, {40, 1, 11});
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // CUDA quantized-weight kernels against the golden dequantization and the CPU backend:
 // embed (bit-exact dequantization), matvec (T <= 8), tiled GEMM (T > 8), fused gate/up.
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "backend/cuda/backend_cuda.h"
@@ -218,6 +219,22 @@ void check_gate_up(Type tg, Type tu, int rows, int cols, const std::vector<int>&
                      4 * kEps * std::fabs(ref[i]) + 1e-30f;
         }
         EXPECT_TRUE(all_close(got, ref, tol));
+        if (T > 8 && rows % 32 == 0) {
+            // A prefill SwiGLU converts its output for the down projection's GEMM, which then skips
+            // its own conversion: the same matmul after another op (a fresh conversion) must give
+            // the same bits.
+            const int out_rows = 48;
+            const auto md = random_matrix(Type::Q8_0, out_rows, rows, g);
+            const Weight wd = gpu.load_weight(Type::Q8_0, rows, out_rows, md.data(), md.size());
+            Buf<float> d1(gpu, static_cast<size_t>(T) * out_rows), d2(gpu, static_cast<size_t>(T) * out_rows);
+            gpu.ffn_gate_up(gg, gu, xg.p(), T, og.p(), sg.p());
+            gpu.matmul(wd, og.p(), T, d1.p(), false);
+            gpu.zero(sg.p(), sizeof(float));  // any other op forgets the conversion
+            gpu.matmul(wd, og.p(), T, d2.p(), false);
+            const auto a = d1.get(), b = d2.get();
+            EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "down projection after the SwiGLU";
+            gpu.release(const_cast<void*>(wd.data));
+        }
     }
     for (const Weight* w : {&gg, &gu}) gpu.release(const_cast<void*>(w->data));
 }
@@ -225,6 +242,7 @@ void check_gate_up(Type tg, Type tu, int rows, int cols, const std::vector<int>&
 TEST(CudaFfnGateUp, FusedAndUnfusedMatchCpu) {
     DF_REQUIRE_CUDA();
     check_gate_up(Type::Q8_0, Type::Q8_0, 97, 1024, {1, 3, 8, 9, 257});
+    check_gate_up(Type::Q8_0, Type::Q8_0, 96, 512, {9, 130});  // SwiGLU converted for the next GEMM
     check_gate_up(Type::IQ2_XXS, Type::IQ2_XXS, 160, 2048, {1, 2, 8, 33});
     check_gate_up(Type::Q4_K, Type::Q6_K, 64, 512, {1, 5, 20});  // mixed types: not fused
     check_gate_up(Type::TQ1_0, Type::TQ1_0, 40, 512, {1, 4});    // held as F32

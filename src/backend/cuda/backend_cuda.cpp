@@ -307,6 +307,7 @@ bool CudaBackend::use_imma(const Weight& w, int T) const {
 void CudaBackend::op_start() {
     flush();
     xq_src_ = nullptr;  // this op may write the converted activations' source
+    qg_src_ = nullptr;
 }
 
 void CudaBackend::quantize_activations(const float* x, int T, int cols, cudaStream_t s) {
@@ -431,6 +432,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, boo
     for (const PendingMatmul& p : pending_) joins = joins && p.out != out;
     if (!joins) flush();
     if (out == xq_src_) xq_src_ = nullptr;
+    if (out == qg_src_) qg_src_ = nullptr;
     pending_x_ = x;
     pending_T_ = T;
     pending_.push_back({w, out, accumulate});
@@ -455,7 +457,13 @@ void CudaBackend::flush_matmuls() {
     if (quantize) quantize_activations(pending_x_, pending_T_, static_cast<int>(pending_[0].w.cols), stream_);
     bool convert = false;
     for (const PendingMatmul& p : pending_) convert = convert || use_qgemm(p.w, pending_T_);
-    if (convert) launch_gemm_act(pending_x_, pending_T_, static_cast<int>(pending_[0].w.cols), qg_x_, qg_inv_, qg_wg_, stream_);
+    const int cols = static_cast<int>(pending_[0].w.cols);
+    if (convert && !(pending_x_ == qg_src_ && pending_T_ == qg_src_T_ && cols == qg_src_n_ && !capturing_)) {
+        launch_gemm_act(pending_x_, pending_T_, cols, qg_x_, qg_inv_, qg_wg_, stream_);
+        qg_src_ = capturing_ ? nullptr : pending_x_;  // a replayed graph converts again
+        qg_src_T_ = pending_T_;
+        qg_src_n_ = cols;
+    }
     if (pending_.size() > 1) {
         // Fork: the side streams start after everything already on the main stream.
         DF_CUDA_CHECK(cudaEventRecord(fork_, stream_));
@@ -508,6 +516,7 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
     flush();
     if (T <= 0) return;
     if (out == xq_src_ || scratch == xq_src_) xq_src_ = nullptr;
+    qg_src_ = nullptr;
     const bool fused = T <= 8 && wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols &&
                        wg.row_stride == wu.row_stride;
     if (fused && use_imma(wg, T)) {
@@ -528,16 +537,28 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
         ops.matvec(a, stream_);
         return;
     }
+    // Prefill: the SwiGLU also converts its result for the down projection's exact-f16 GEMM (which
+    // then finds qg_x_ current), where this FFN's own matrices take that GEMM.
+    const bool convert = use_qgemm(wg, T) && !capturing_ && wg.rows % 32 == 0;
+    if (convert) reserve_qgemm(T, wg.rows);
     matmul(wg, x, T, out, false);
     matmul(wu, x, T, scratch, false);
     flush();
-    launch_swiglu(out, scratch, static_cast<int64_t>(T) * wg.rows, stream_);
+    if (convert) {
+        launch_swiglu_gemm_act(out, scratch, T, static_cast<int>(wg.rows), qg_x_, qg_inv_, qg_wg_, stream_);
+        qg_src_ = out;
+        qg_src_T_ = T;
+        qg_src_n_ = static_cast<int>(wg.rows);
+    } else {
+        launch_swiglu(out, scratch, static_cast<int64_t>(T) * wg.rows, stream_);
+    }
 }
 
 void CudaBackend::head_norm_rope(float* x, int heads, int head_dim, int head_stride, int row, const float* norm_w,
                                  float eps, const RopeShape& rope, const Step& s) {
     flush_matmuls();
     xq_src_ = nullptr;
+    qg_src_ = nullptr;
     if (s.T <= 0) return;
     // The same host expression as the CPU backend, so both start from the same f32 ratio.
     const float theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));
@@ -562,6 +583,7 @@ void CudaBackend::kv_store(const float* k, const float* v, void* k_cache, void* 
                            const Step& s) {
     flush_matmuls();
     xq_src_ = nullptr;
+    qg_src_ = nullptr;
     if (prep_.sets > 0 && prep_.T == s.T && prep_.pos == s.pos) {
         const HeadSet& last = prep_.set[prep_.sets - 1];
         if (last.x == k && last.heads * prep_.head_dim == kv_dim && last.head_stride == prep_.head_dim &&

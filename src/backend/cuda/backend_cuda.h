@@ -70,9 +70,17 @@ public:
     bool matvec_on_tensor_cores(const Weight& w, int T) const { return use_imma(w, T); }
     // Prefill GEMM on exact f16 weights (gemm_q.cuh) where the type has it: on by default
     // (DF_CUDA_QGEMM=0 turns it off); off, the dequantizing bf16 GEMM runs. For tests and A/B runs.
-    void set_qgemm(bool on) { qgemm_ = on; }
+    void set_qgemm(bool on) {
+        flush();
+        qgemm_ = on;
+        qg_src_ = nullptr;
+    }
     // The wgmma form of the exact-f16 GEMM where the build and the device have it (else a no-op).
-    void set_qgemm_wgmma(bool on) { qg_wg_ = on && qg_wg_able_; }
+    void set_qgemm_wgmma(bool on) {
+        flush();
+        qg_wg_ = on && qg_wg_able_;
+        qg_src_ = nullptr;
+    }
     bool qgemm_wgmma() const { return qg_wg_; }
     bool gemm_on_exact_f16(const Weight& w, int T) const { return use_qgemm(w, T); }
     // Launches the held-back matmuls and attention prep (every op and memory call does this first).
@@ -138,6 +146,10 @@ private:
     size_t qg_x_halves_ = 0;
     int qg_T_ = 0;
     float* qg_partial_ = nullptr;       // split-K partial sums (main stream only)
+    // The activations qg_x_ holds converted (T qg_src_T_, qg_src_n_ columns), from a matmul group
+    // or a prefill SwiGLU; every op that may write memory forgets it, and so does graph capture.
+    const float* qg_src_ = nullptr;
+    int qg_src_T_ = 0, qg_src_n_ = 0;
     float* gdn_prep_ = nullptr;         // prefill delta rule: prepared per-head inputs
     size_t gdn_prep_floats_ = 0;
     float* imma_partial_ = nullptr;     // stream-K partial sums, one region per stream

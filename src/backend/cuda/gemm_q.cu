@@ -15,15 +15,23 @@ namespace {
 
 constexpr int kActThreads = 256;
 
-// A block per token: the row's largest |x| picks k, then 8 elements per thread and pass.
-__global__ void __launch_bounds__(kActThreads) gemm_act_kernel(const float* x, int cols, uint16_t* xhl, float* xinv,
-                                                               bool wg_order) {
+// A block per token: the row's largest |x| picks k, then 8 elements per thread and pass. With
+// kSwiglu, the first pass forms x = silu(x) * up in place (the second reads it back after the
+// block's barrier).
+template <bool kSwiglu>
+__global__ void __launch_bounds__(kActThreads) gemm_act_kernel(float* x, const float* up, int cols, uint16_t* xhl,
+                                                               float* xinv, bool wg_order) {
     pdl_begin();
     const int t = blockIdx.x;
-    const float4* row = reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * cols);
+    float4* const row = reinterpret_cast<float4*>(x + static_cast<size_t>(t) * cols);
     float mx = 0.f;
     for (int i = threadIdx.x; i < cols / 4; i += kActThreads) {
-        const float4 v = row[i];
+        float4 v = row[i];
+        if constexpr (kSwiglu) {
+            const float4 u = reinterpret_cast<const float4*>(up + static_cast<size_t>(t) * cols)[i];
+            v = make_float4(silu_f(v.x) * u.x, silu_f(v.y) * u.y, silu_f(v.z) * u.z, silu_f(v.w) * u.w);
+            row[i] = v;
+        }
         mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
     }
     __shared__ float red[kActThreads / 32];
@@ -87,12 +95,27 @@ __global__ void gemm_reduce_kernel(const float* partial, int splits, int64_t n, 
 
 }  // namespace
 
+namespace {
+void check_act_args(const void* x, const void* up, int cols, const void* xhl) {
+    DF_CUDA_REQUIRE(cols > 0 && cols % 32 == 0, "gemm_act: cols must be a multiple of 32");
+    DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(up) % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(xhl) % 16 == 0,
+                    "gemm_act: x, up and xhl must be 16-byte aligned");
+}
+}  // namespace
+
 void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, bool wg_order, cudaStream_t s) {
     if (T <= 0) return;
-    DF_CUDA_REQUIRE(cols > 0 && cols % 32 == 0, "gemm_act: cols must be a multiple of 32");
-    DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(xhl) % 16 == 0,
-                    "gemm_act: x and xhl must be 16-byte aligned");
-    launch(gemm_act_kernel, T, kActThreads, 0, s, x, cols, xhl, xinv, wg_order);
+    check_act_args(x, nullptr, cols, xhl);
+    // The kernel writes x only when it forms the SwiGLU.
+    launch(gemm_act_kernel<false>, T, kActThreads, 0, s, const_cast<float*>(x), nullptr, cols, xhl, xinv, wg_order);
+}
+
+void launch_swiglu_gemm_act(float* gate, const float* up, int T, int cols, uint16_t* xhl, float* xinv, bool wg_order,
+                            cudaStream_t s) {
+    if (T <= 0) return;
+    check_act_args(gate, up, cols, xhl);
+    launch(gemm_act_kernel<true>, T, kActThreads, 0, s, gate, up, cols, xhl, xinv, wg_order);
 }
 
 void launch_gemm_reduce(const float* partial, int splits, int64_t n, float* out, bool accumulate, cudaStream_t s) {

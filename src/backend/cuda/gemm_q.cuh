@@ -208,6 +208,16 @@ constexpr int qg_tabs_bytes() { return (static_cast<int>(sizeof(typename G::Tabs
 template <class G>
 constexpr int qg_smem_bytes() { return qg_tabs_bytes<G>() + qg_unit_slots<G>() * qg_unit_bytes<G>() + kQgStages * kQgSlabBytes; }
 
+// Split-K: the units [u0, u1) of a `units`-unit row that block z of `splits` sums (both GEMM
+// kernels; launch_gemm_reduce adds the splits' partial sums in z order).
+struct QgUnitRange {
+    int u0, u1;
+};
+DF_DEV QgUnitRange qg_unit_range(int units, int z, int splits) {
+    return {static_cast<int>(static_cast<int64_t>(z) * units / splits),
+            static_cast<int>((static_cast<int64_t>(z) + 1) * units / splits)};
+}
+
 // c += s (a0 (bh, bl) k16 step 0 + a1 (bh, bl) step 1) for one 16-row x 8-token tile of a slab:
 // the hi and lo products in one f32 accumulator, then the slab's scale (rows g: s[0], g + 8: s[1]).
 DF_DEV void slab_product(float (&c)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4], uint4 bh, uint4 bl,
@@ -236,10 +246,8 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
     const int rows = a.w.rows, T = a.T;
     const int m0 = blockIdx.x * kQgBM, n0 = blockIdx.y * BN;
     // This block's K range in units (split-K), as local slab indices 0 .. nk-1.
-    const int units = a.w.cols / G::kUnitCols;
-    const int u0 = static_cast<int>(static_cast<int64_t>(blockIdx.z) * units / a.splits);
-    const int u1 = static_cast<int>((static_cast<int64_t>(blockIdx.z) + 1) * units / a.splits);
-    const int nk = (u1 - u0) * SPU;
+    const QgUnitRange ur = qg_unit_range(a.w.cols / G::kUnitCols, blockIdx.z, a.splits);
+    const int u0 = ur.u0, nk = (ur.u1 - ur.u0) * SPU;
 
     pdl_trigger();
     G::load_tabs(tabs, a.itables);

@@ -62,10 +62,8 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2;
     const int rows = a.w.rows, T = a.T;
     const int m0 = blockIdx.x * kWgBM, n0 = blockIdx.y * BN;
-    const int units = a.w.cols / G::kUnitCols;
-    const int u0 = static_cast<int>(static_cast<int64_t>(blockIdx.z) * units / a.splits);
-    const int u1 = static_cast<int>((static_cast<int64_t>(blockIdx.z) + 1) * units / a.splits);
-    const int nk = (u1 - u0) * SPU;
+    const QgUnitRange ur = qg_unit_range(a.w.cols / G::kUnitCols, blockIdx.z, a.splits);
+    const int u0 = ur.u0, nk = (ur.u1 - ur.u0) * SPU;
 
     pdl_trigger();
     G::load_tabs(tabs, a.itables);

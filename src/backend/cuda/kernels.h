@@ -134,6 +134,10 @@ struct QuantOps {
 // columns 8c .. 8c + 7 of the slab; in wg_order (the wgmma GEMM, gemm_wg.cuh), chunk c holds the
 // pairs 2c, 2c + 1 of each lane's 8 columns: columns 8i + 2c, 8i + 2c + 1 for i = 0 .. 3.
 void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, bool wg_order, cudaStream_t s);
+// gate[i] = silu(gate[i]) * up[i] (as launch_swiglu, bit for bit) over T rows of cols, then the rows
+// converted as launch_gemm_act does: the SwiGLU of a prefill FFN and its down projection's input.
+void launch_swiglu_gemm_act(float* gate, const float* up, int T, int cols, uint16_t* xhl, float* xinv, bool wg_order,
+                            cudaStream_t s);
 // out[i] (+)= sum over z < splits of partial[z * n + i], z in order; n = T * rows.
 void launch_gemm_reduce(const float* partial, int splits, int64_t n, float* out, bool accumulate, cudaStream_t s);
 
@@ -224,8 +228,9 @@ struct GdnArgs {
     // every value column prepares its own (decode, where T is small and launches count).
     float* prep = nullptr;
 };
+// (Rounded up to 4 floats: each token's q and k rows stay 16-byte aligned.)
 constexpr int64_t gdn_prep_floats_per_token(int k_heads, int v_heads, int head_dim) {
-    return int64_t{2} * k_heads * head_dim + 2 * int64_t{v_heads};
+    return (int64_t{2} * k_heads * head_dim + 2 * int64_t{v_heads} + 3) / 4 * 4;
 }
 void launch_gdn_delta(const GdnArgs& a, cudaStream_t s);
 
