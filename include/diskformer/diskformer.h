@@ -65,7 +65,7 @@ private:
 
 struct SessionOptions {
     int ctx = 4096;            // KV capacity in tokens (clamped to the model's training context)
-    int chunk = 0;             // prompt tokens per forward pass (0: 256 on the CPU, 1024 on a GPU)
+    int chunk = 0;             // prompt tokens per forward pass (0: 256 on the CPU, 2048 on a GPU)
     KvType kv_type = KvType::f16;
 };
 

@@ -109,6 +109,37 @@ TEST_P(Generate, LongPromptsArePrefilledInSlices) {
     EXPECT_LE(got.stats.reused_tokens, 3);
 }
 
+TEST_P(Generate, AllLogitsBufferIsBoundedWhateverTheChunk) {
+    // Logits of every position take a [rows x vocab] buffer: such calls run in steps of at most
+    // 1024 tokens, so a 2048-token chunk does not double it; the logits are those of chunk 256.
+    std::string text;
+    for (int i = 0; i < 260; ++i) text += "word" + std::to_string(i) + " and ";
+    const auto prompt = prompt_of(GetParam(), text);
+    ASSERT_GT(prompt.size(), 1024u);  // two steps
+    ASSERT_LT(prompt.size(), 2048u);  // one chunk
+    dfm::Session a(model(GetParam()), {.ctx = 2048, .chunk = 2048});
+    dfm::Session b(model(GetParam()), {.ctx = 2048, .chunk = 256});
+    ASSERT_EQ(a.n_chunk(), 2048);
+    const size_t before = a.stats().scratch_bytes;
+    const size_t V = static_cast<size_t>(model(GetParam())->info().n_vocab);
+    std::vector<float> la(prompt.size() * V), lb(prompt.size() * V);
+    a.append(prompt, la.data());
+    b.append(prompt, lb.data());
+    const size_t grown = a.stats().scratch_bytes - before;
+    EXPECT_EQ(grown, (1024 - 1) * V * sizeof(float));  // the one-row buffer became 1024 rows
+    for (size_t t = 0; t < prompt.size(); ++t) {
+        double num = 0, den = 0;
+        for (size_t v = 0; v < V; ++v) {
+            const double d = la[t * V + v] - lb[t * V + v];
+            num += d * d;
+            den += static_cast<double>(lb[t * V + v]) * lb[t * V + v];
+        }
+        EXPECT_LE(num / den, 1e-10) << "position " << t;
+    }
+    const auto last = a.logits();
+    EXPECT_TRUE(std::equal(last.begin(), last.end(), la.end() - static_cast<std::ptrdiff_t>(V)));
+}
+
 TEST_P(Generate, SameSeedSameTokensOtherSeedOthers) {
     const auto prompt = prompt_of(GetParam());
     dfm::Session s(model(GetParam()), {.ctx = 256});
