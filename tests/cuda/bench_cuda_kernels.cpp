@@ -151,7 +151,8 @@ TEST(CudaBench, DISABLED_OtherOps) {
     const double peak = copy_gbs();
     struct A { int heads, kv_heads, D, depth; KvType kt; const char* what; };
     for (const A a : {A{24, 4, 256, 8192, KvType::f16, "27B attn depth 8192 f16"}, A{24, 4, 256, 8192, KvType::f32, "27B attn depth 8192 f32"},
-                      A{32, 8, 128, 8192, KvType::f16, "4B attn depth 8192 f16"}, A{32, 8, 128, 128, KvType::f16, "4B attn depth 128 f16"}}) {
+                      A{32, 8, 128, 8192, KvType::f16, "4B attn depth 8192 f16"}, A{32, 8, 128, 600, KvType::f16, "4B attn depth 600 f16"},
+                      A{32, 8, 128, 128, KvType::f16, "4B attn depth 128 f16"}}) {
         const size_t elem = a.kt == KvType::f16 ? 2 : 4, kv_dim = static_cast<size_t>(a.kv_heads) * a.D;
         Buf<uint8_t> kc(gpu, elem * (a.depth + 1) * kv_dim), vc(gpu, elem * (a.depth + 1) * kv_dim);
         Buf<float> q(gpu, randn(g, static_cast<size_t>(a.heads) * 2 * a.D)), out(gpu, static_cast<size_t>(a.heads) * a.D);
