@@ -117,22 +117,19 @@ void CpuBackend::matmul(const Weight& w, const float* x, int T, float* out, bool
     const int64_t rows = w.rows, cols = w.cols;
     const auto* base = static_cast<const uint8_t*>(w.data);
     if (T > kRowDotMaxT) {
-        // Prompt chunks: each thread decodes a panel of 16 rows once (it stays in L2), then sweeps
-        // it over all T tokens three at a time (the token triple stays in L1 across the panel's
-        // 4-row groups). Every weight row is read and decoded once per chunk.
-        constexpr int64_t kPanel = 4 * kPanelRows;
-        pool_.parallel_for((rows + kPanel - 1) / kPanel, 1, [&](int64_t p0, int64_t p1, int) {
-            std::vector<float> panel(static_cast<size_t>(kPanel * cols));
+        // Prompt chunks: each thread decodes a panel of 16 rows once (gemm.h: column-interleaved,
+        // it stays in L2) and sweeps it over all T tokens. Every weight row is read and decoded
+        // once per chunk.
+        pool_.parallel_for((rows + kPanelRows - 1) / kPanelRows, 1, [&](int64_t p0, int64_t p1, int) {
+            std::vector<float> decoded(static_cast<size_t>(kPanelRows * cols));
+            std::vector<float> panel_buf(static_cast<size_t>(kPanelRows * cols) + 16);  // 64-byte aligned below
+            float* const panel = panel_buf.data() + (16 - reinterpret_cast<uintptr_t>(panel_buf.data()) / 4 % 16) % 16;
             for (int64_t p = p0; p < p1; ++p) {
-                const int64_t r0 = p * kPanel;
-                const int nr = static_cast<int>(std::min<int64_t>(kPanel, rows - r0));
-                for (int r = 0; r < nr; ++r) decode_row(w.type, base + (r0 + r) * w.row_stride, cols, &panel[r * cols]);
-                for (int t0 = 0; t0 < T; t0 += 3) {
-                    const int tn = std::min(3, T - t0);
-                    for (int g = 0; g < nr; g += kPanelRows)
-                        gemm_panel(&panel[g * cols], std::min(kPanelRows, nr - g), cols, x + static_cast<int64_t>(t0) * cols,
-                                   cols, tn, out + static_cast<int64_t>(t0) * rows + r0 + g, rows, accumulate);
-                }
+                const int64_t r0 = p * kPanelRows;
+                const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, rows - r0));
+                for (int r = 0; r < nr; ++r) decode_row(w.type, base + (r0 + r) * w.row_stride, cols, &decoded[r * cols]);
+                pack_panel(decoded.data(), nr, cols, panel);
+                gemm_panel(panel, nr, cols, x, cols, T, out + r0, rows, accumulate);
             }
         });
         return;

@@ -2,57 +2,97 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 namespace df::cpu {
 namespace {
 
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+static_assert(kPanelRows == 16, "the micro-kernel holds a panel column in two vectors");
+constexpr int64_t kGemmBlock = 64;
 
-// R rows x TT tokens of accumulators (R * TT <= 12 keeps them and the operands in 16 ymm).
-template <int R, int TT>
-void micro(const float* panel, int64_t cols, const float* x, int64_t xs, float* out, int64_t os, bool accumulate) {
-    __m256 acc[R][TT];
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
-    const int64_t vec_end = cols & ~int64_t{7};
-    for (int64_t c = 0; c < vec_end; c += 8) {
-        __m256 xv[TT];
-        for (int t = 0; t < TT; ++t) xv[t] = _mm256_loadu_ps(x + t * xs + c);
-        for (int r = 0; r < R; ++r) {
-            const __m256 w = _mm256_loadu_ps(panel + r * cols + c);
-            for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_fmadd_ps(w, xv[t], acc[r][t]);
+// 16 rows x TT tokens: acc[h][t] holds rows 8h .. 8h + 7 of token t.
+template <int TT>
+void micro(const float* panel, int rows, int64_t cols, const float* x, int64_t xs, float* out, int64_t os,
+           bool accumulate) {
+    // Every loop over t is unrolled so the accumulators stay in registers (GCC otherwise keeps
+    // the array in memory and stores it on every column). Columns are summed in blocks of
+    // kGemmBlock, the block sums added in order: error ~ (kGemmBlock + cols / kGemmBlock) u
+    // rather than cols u for one running sum.
+    alignas(32) float s[TT][kPanelRows] = {};
+    for (int64_t c0 = 0; c0 < cols; c0 += kGemmBlock) {
+        const int64_t c1 = std::min(cols, c0 + kGemmBlock);
+        __m256 lo[TT], hi[TT];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+        for (int64_t c = c0; c < c1; ++c) {
+            const __m256 w0 = _mm256_load_ps(panel + c * kPanelRows), w1 = _mm256_load_ps(panel + c * kPanelRows + 8);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; ++t) {
+                const __m256 xb = _mm256_broadcast_ss(x + t * xs + c);
+                lo[t] = _mm256_fmadd_ps(w0, xb, lo[t]);
+                hi[t] = _mm256_fmadd_ps(w1, xb, hi[t]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t) {
+            _mm256_store_ps(s[t], _mm256_add_ps(_mm256_load_ps(s[t]), lo[t]));
+            _mm256_store_ps(s[t] + 8, _mm256_add_ps(_mm256_load_ps(s[t] + 8), hi[t]));
         }
     }
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < TT; ++t) {
-            float s = hsum(acc[r][t]);
-            for (int64_t c = vec_end; c < cols; ++c) s += panel[r * cols + c] * x[t * xs + c];
-            float& o = out[t * os + r];
-            o = accumulate ? o + s : s;
-        }
+    for (int t = 0; t < TT; ++t) {
+        float* o = out + t * os;
+        for (int r = 0; r < rows; ++r) o[r] = accumulate ? o[r] + s[t][r] : s[t][r];
+    }
 }
 
-template <int R>
-void sweep(const float* panel, int64_t cols, const float* x, int64_t xs, int T, float* out, int64_t os, bool acc) {
-    int t = 0;
-    for (; t + 3 <= T; t += 3) micro<R, 3>(panel, cols, x + t * xs, xs, out + t * os, os, acc);
-    if (T - t == 2) micro<R, 2>(panel, cols, x + t * xs, xs, out + t * os, os, acc);
-    if (T - t == 1) micro<R, 1>(panel, cols, x + t * xs, xs, out + t * os, os, acc);
+// Transposes the 8 x 8 block at src (row stride ss) into dst (row stride ds): dst[j][i] = src[i][j].
+inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ss);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + i * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
 }
 
 }  // namespace
 
+void pack_panel(const float* src, int rows, int64_t cols, float* panel) {
+    if (rows == kPanelRows) {  // 8 x 8 transposes, then the column tail
+        const int64_t c8 = cols & ~int64_t{7};
+        for (int64_t c = 0; c < c8; c += 8)
+            for (int h = 0; h < 2; ++h) transpose8(src + 8 * h * cols + c, cols, panel + c * kPanelRows + 8 * h, kPanelRows);
+        for (int64_t c = c8; c < cols; ++c)
+            for (int r = 0; r < kPanelRows; ++r) panel[c * kPanelRows + r] = src[r * cols + c];
+        return;
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+        float* p = panel + c * kPanelRows;
+        for (int r = 0; r < rows; ++r) p[r] = src[r * cols + c];
+        for (int r = rows; r < kPanelRows; ++r) p[r] = 0.f;
+    }
+}
+
 void gemm_panel(const float* panel, int rows, int64_t cols, const float* x, int64_t xs, int T, float* out,
                 int64_t os, bool accumulate) {
-    switch (rows) {
-        case 4: sweep<4>(panel, cols, x, xs, T, out, os, accumulate); break;
-        case 3: sweep<3>(panel, cols, x, xs, T, out, os, accumulate); break;
-        case 2: sweep<2>(panel, cols, x, xs, T, out, os, accumulate); break;
-        case 1: sweep<1>(panel, cols, x, xs, T, out, os, accumulate); break;
+    int t = 0;
+    for (; t + 6 <= T; t += 6) micro<6>(panel, rows, cols, x + t * xs, xs, out + t * os, os, accumulate);
+    switch (T - t) {
+        case 5: micro<5>(panel, rows, cols, x + t * xs, xs, out + t * os, os, accumulate); break;
+        case 4: micro<4>(panel, rows, cols, x + t * xs, xs, out + t * os, os, accumulate); break;
+        case 3: micro<3>(panel, rows, cols, x + t * xs, xs, out + t * os, os, accumulate); break;
+        case 2: micro<2>(panel, rows, cols, x + t * xs, xs, out + t * os, os, accumulate); break;
+        case 1: micro<1>(panel, rows, cols, x + t * xs, xs, out + t * os, os, accumulate); break;
         default: break;
     }
 }
