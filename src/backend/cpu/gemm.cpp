@@ -10,7 +10,7 @@ namespace {
 static_assert(kPanelRows == 16, "the micro-kernel holds a panel column in two vectors");
 constexpr int64_t kGemmBlock = 64;
 
-// 16 rows x TT tokens: acc[h][t] holds rows 8h .. 8h + 7 of token t.
+// 16 rows x TT tokens: lo[t] and hi[t] hold rows 0 .. 7 and 8 .. 15 of token t.
 template <int TT>
 void micro(const float* panel, int rows, int64_t cols, const float* x, int64_t xs, float* out, int64_t os,
            bool accumulate) {

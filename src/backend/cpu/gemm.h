@@ -20,7 +20,7 @@ void pack_panel(const float* src, int rows, int64_t cols, float* panel);
 
 // out[t * os + r] = sum_c panel[c * kPanelRows + r] * x[t * xs + c]   (+ out when accumulate)
 // for r < rows (<= kPanelRows), t < T; each sum runs over c in order in blocks of 64, the block
-// sums added in order. panel, x, out must not alias.
+// sums added in order. panel is 32-byte aligned; panel, x, out must not alias.
 void gemm_panel(const float* panel, int rows, int64_t cols, const float* x, int64_t xs, int T, float* out,
                 int64_t os, bool accumulate);
 
