@@ -322,6 +322,12 @@ void CudaBackend::op_start() {
     qg_src_ = nullptr;
 }
 
+void CudaBackend::remember_qg_conversion(const float* x, int T, int cols) {
+    qg_src_ = capturing_ ? nullptr : x;  // a replayed graph converts again (op_start clears it at capture)
+    qg_src_T_ = T;
+    qg_src_n_ = cols;
+}
+
 void CudaBackend::quantize_activations(const float* x, int T, int cols, cudaStream_t s) {
     if (x == xq_src_ && T == xq_T_ && cols == xq_n_) return;  // converted by rmsnorm or a previous group
     launch_act_quant(x, T, cols, xq_, xe_, s);
@@ -470,11 +476,9 @@ void CudaBackend::flush_matmuls() {
     bool convert = false;
     for (const PendingMatmul& p : pending_) convert = convert || use_qgemm(p.w, pending_T_);
     const int cols = static_cast<int>(pending_[0].w.cols);
-    if (convert && !(pending_x_ == qg_src_ && pending_T_ == qg_src_T_ && cols == qg_src_n_ && !capturing_)) {
+    if (convert && !(pending_x_ == qg_src_ && pending_T_ == qg_src_T_ && cols == qg_src_n_)) {
         launch_gemm_act(pending_x_, pending_T_, cols, qg_x_, qg_inv_, qg_wg_, stream_);
-        qg_src_ = capturing_ ? nullptr : pending_x_;  // a replayed graph converts again
-        qg_src_T_ = pending_T_;
-        qg_src_n_ = cols;
+        remember_qg_conversion(pending_x_, pending_T_, cols);
     }
     if (pending_.size() > 1) {
         // Fork: the side streams start after everything already on the main stream.
@@ -558,9 +562,7 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
     flush();
     if (convert) {
         launch_swiglu_gemm_act(out, scratch, T, static_cast<int>(wg.rows), qg_x_, qg_inv_, qg_wg_, stream_);
-        qg_src_ = out;
-        qg_src_T_ = T;
-        qg_src_n_ = static_cast<int>(wg.rows);
+        remember_qg_conversion(out, T, static_cast<int>(wg.rows));
     } else {
         launch_swiglu(out, scratch, static_cast<int64_t>(T) * wg.rows, stream_);
     }

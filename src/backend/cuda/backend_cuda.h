@@ -150,6 +150,7 @@ private:
     // or a prefill SwiGLU; every op that may write memory forgets it, and so does graph capture.
     const float* qg_src_ = nullptr;
     int qg_src_T_ = 0, qg_src_n_ = 0;
+    void remember_qg_conversion(const float* x, int T, int cols);
     float* gdn_prep_ = nullptr;         // prefill delta rule: prepared per-head inputs
     size_t gdn_prep_floats_ = 0;
     float* imma_partial_ = nullptr;     // stream-K partial sums, one region per stream

@@ -93,15 +93,13 @@ __global__ void gemm_reduce_kernel(const float* partial, int splits, int64_t n, 
     }
 }
 
-}  // namespace
-
-namespace {
 void check_act_args(const void* x, const void* up, int cols, const void* xhl) {
     DF_CUDA_REQUIRE(cols > 0 && cols % 32 == 0, "gemm_act: cols must be a multiple of 32");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(up) % 16 == 0 &&
                         reinterpret_cast<uintptr_t>(xhl) % 16 == 0,
                     "gemm_act: x, up and xhl must be 16-byte aligned");
 }
+
 }  // namespace
 
 void launch_gemm_act(const float* x, int T, int cols, uint16_t* xhl, float* xinv, bool wg_order, cudaStream_t s) {
