@@ -60,14 +60,19 @@ DF_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_g
 
 // Asynchronous global -> shared copies of N = 4, 8 or 16 bytes (both addresses N-aligned);
 // 16-byte copies bypass L1 (weights are streamed once).
+// A release + acquire fence at GPU scope: lighter than __threadfence()'s sequentially consistent one.
+DF_DEV void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 template <int N>
-DF_DEV void cp_async(void* smem, const void* gmem) {
+DF_DEV void cp_async(uint32_t smem, const void* gmem) {  // smem: a shared-window address
     static_assert(N == 4 || N == 8 || N == 16);
     if constexpr (N == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem) : "memory");
     else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem_addr(smem)), "l"(gmem), "n"(N) : "memory");
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem), "l"(gmem), "n"(N) : "memory");
 }
+template <int N>
+DF_DEV void cp_async(void* smem, const void* gmem) { cp_async<N>(smem_addr(smem), gmem); }
 // 16 bytes global -> shared, or zeros when !ok (source size 0: gmem is not read, but must be valid).
 DF_DEV void cp_async16_or_zero(void* smem, const void* gmem, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem)), "l"(gmem), "r"(ok ? 16 : 0)

@@ -63,6 +63,14 @@ DF_DEV uint32_t rep(uint32_t t, uint32_t i) {
     return v;
 }
 
+// Entry (word >> 7q) & 127 of a 32-fold replicated table of 7-bit indices (entries 128 bytes
+// apart): the rotation puts the index at bit 7, one mask makes it the byte offset.
+DF_DEV uint32_t rep_sign7(uint32_t t, uint32_t word, uint32_t rot7) {
+    uint32_t v;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(t + (__funnelshift_r(word, word, rot7) & (127u << 7))));
+    return v;
+}
+
 // Copies `bytes` (a multiple of 16) from global to shared memory with the whole block.
 DF_DEV void copy_table_async(void* dst, const void* src, int bytes) {
     for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
@@ -88,6 +96,7 @@ struct ImmaLane {
     uint32_t grid, sign;    // shared addresses of the tables plus the lane's replica offset
     uint32_t byte_sel;      // PRMT selector: byte q of a word to byte 0, zeros above
     uint32_t shift7;        // 7 q
+    uint32_t rot7;          // (7 q - 7) mod 32: rotating right by it moves bits 7q.. to bit 7
     uint32_t pos;           // kIq2Pos
     int q;
 };
@@ -180,7 +189,7 @@ DF_DEV ImmaLane imma_lane(uint32_t grid, uint32_t sign, int lane) {
     asm volatile("mov.b32 %0, %1;" : "=r"(pos) : "n"(kIq2Pos));  // opaque: stays in a register
     const uint32_t q = static_cast<uint32_t>(lane & 3);
     return {grid + 4u * static_cast<uint32_t>(lane & (GR - 1)), sign + 4u * static_cast<uint32_t>(lane & (SR - 1)),
-            0x4440u | q, 7u * q, pos, static_cast<int>(q)};
+            0x4440u | q, 7u * q, (7u * q + 25u) & 31u, pos, static_cast<int>(q)};
 }
 
 template <>
@@ -252,7 +261,12 @@ struct Imma<Type::IQ2_XXS> : ImmaIqHead {
     template <int GR = kGridR, int SR = kSignR>  // table replication (GEMM stages fewer copies)
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint2 w = lds_u2(r + 8 * m);
-        iq2_bytes(l.pos, rep<GR>(l.grid, prmt(w.x, 0u, l.byte_sel)) | rep<SR>(l.sign, (w.y >> l.shift7) & 127u), lo, hi);
+        uint32_t sg;
+        if constexpr (SR == 32)
+            sg = rep_sign7(l.sign, w.y, l.rot7);
+        else
+            sg = rep<SR>(l.sign, (w.y >> l.shift7) & 127u);
+        iq2_bytes(l.pos, rep<GR>(l.grid, prmt(w.x, 0u, l.byte_sel)) | sg, lo, hi);
         s = 2 * static_cast<int>(w.y >> 28) + 1;
     }
     DF_IMMA_IQ_SUB
@@ -309,7 +323,7 @@ struct Imma<Type::IQ3_XXS> : ImmaIqHead {
     template <int GR = kGridR, int SR = kSignR>  // table replication (GEMM stages fewer copies)
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), aux = lds_u32(r + 64 + 4 * m);
-        const uint32_t sg = rep<SR>(l.sign, (aux >> l.shift7) & 127u);
+        const uint32_t sg = SR == 32 ? rep_sign7(l.sign, aux, l.rot7) : rep<SR>(l.sign, (aux >> l.shift7) & 127u);
         lo = signed4(rep<GR>(l.grid, gi & 255u), sg);
         hi = signed4(rep<GR>(l.grid, gi >> 8), sg >> 16);
         s = 2 * static_cast<int>(aux >> 28) + 1;
@@ -564,7 +578,7 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int j = 0; j < 4; ++j) __stcg(mine + ((mt * NT + nt) * 4 + j) * 32 + lane, acc[mt][nt][j]);
-    __threadfence();
+    fence_acq_rel_gpu();  // release: the partial sums before the count
     __syncwarp();
     // The tile's contributors are the owners of its units; the first may have begun earlier.
     const uint32_t upt = static_cast<uint32_t>(a.w.cols / kImmaUnit);
@@ -574,7 +588,7 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
     if (lane == 0) prev = atomicAdd(a.counters + tile, 1u);
     prev = __shfl_sync(0xffffffffu, prev, 0);
     if (prev != c1 - c0) return;
-    __threadfence();
+    fence_acq_rel_gpu();  // acquire: the other contributors' partial sums after their counts
     float v[kMats][NT][4];
 #pragma unroll
     for (int mt = 0; mt < kMats; ++mt)
@@ -618,40 +632,49 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
     uint8_t* const ring = smem + imma_tabs_bytes<I>() + warp * S * kStage;
     const size_t row_stride = a.w.row_stride;
 
-    int dst_off[kCopies], src_row[kCopies], src_col[kCopies];
+    // Issue cursor: copies unit i of the range into ring slot i % S; always commits a group
+    // (maybe empty), so "all but the newest S - 1 groups are done" means "unit i has landed".
+    // The lane's copy sources are set once per tile (rows clamped to the matrix) and offset by
+    // the unit.
+    const int first_tile = static_cast<int>(x0 / upt), first_unit = static_cast<int>(x0 - static_cast<uint32_t>(first_tile) * upt);
+    int it = first_tile, iu = first_unit;
+    uint32_t dst_off[kCopies];
+    const uint8_t* src[kMats][kCopies];
+    const uint8_t* hsrc[kMats];
+    auto aim = [&](int tile) {
+#pragma unroll
+        for (int mt = 0; mt < kMats; ++mt) {
+            const uint8_t* mat = mt ? a.up : a.w.data;
+#pragma unroll
+            for (int k = 0; k < kCopies; ++k) {
+                const int c = lane + 32 * k, r = min(c / kPerRow, 15);
+                src[mt][k] = mat + static_cast<size_t>(min(tile * 16 + r, rows - 1)) * row_stride + (c % kPerRow) * I::kCopy;
+            }
+            hsrc[mt] = mat + static_cast<size_t>(min(tile * 16 + (lane & 15), rows - 1)) * row_stride + a.w.head_off;
+        }
+    };
 #pragma unroll
     for (int k = 0; k < kCopies; ++k) {
         const int c = lane + 32 * k;
-        src_row[k] = c / kPerRow;
-        src_col[k] = (c % kPerRow) * I::kCopy;
-        dst_off[k] = c < 16 * kPerRow ? src_row[k] * I::kStride + src_col[k] : -1;
+        dst_off[k] = c < 16 * kPerRow ? (c / kPerRow) * I::kStride + (c % kPerRow) * I::kCopy : ~0u;
     }
-
-    // Issue cursor: copies unit i of the range into ring slot i % S; always commits a group
-    // (maybe empty), so "all but the newest S - 1 groups are done" means "unit i has landed".
-    const int first_tile = static_cast<int>(x0 / upt), first_unit = static_cast<int>(x0 - static_cast<uint32_t>(first_tile) * upt);
-    int it = first_tile, iu = first_unit;
+    aim(it);
+    const uint32_t ring_addr = smem_addr(ring);
     auto issue = [&](int i) {
         if (i < cnt) {
-            const int row0 = it * 16;
+            const size_t uoff = static_cast<size_t>(iu) * I::kBody;
 #pragma unroll
             for (int mt = 0; mt < kMats; ++mt) {
-                const uint8_t* mat = mt ? a.up : a.w.data;
-                const uint8_t* base = mat + static_cast<size_t>(iu) * I::kBody;
-                uint8_t* dst = ring + (i % S) * kStage + mt * kMatStage;
+                const uint32_t dst = ring_addr + (i % S) * kStage + mt * kMatStage;
 #pragma unroll
                 for (int k = 0; k < kCopies; ++k)
-                    if (dst_off[k] >= 0)
-                        cp_async<I::kCopy>(dst + dst_off[k],
-                                           base + static_cast<size_t>(min(row0 + src_row[k], rows - 1)) * row_stride + src_col[k]);
+                    if (dst_off[k] != ~0u) cp_async<I::kCopy>(dst + dst_off[k], src[mt][k] + uoff);
                 if constexpr (I::kHead > 0)
-                    if (lane < 16)
-                        cp_async<I::kHead>(dst + 16 * I::kStride + lane * I::kHead,
-                                           mat + static_cast<size_t>(min(row0 + lane, rows - 1)) * row_stride + a.w.head_off + I::head_src(iu));
+                    if (lane < 16) cp_async<I::kHead>(dst + 16 * I::kStride + lane * I::kHead, hsrc[mt] + I::head_src(iu));
             }
             if (++iu == upt) {
                 iu = 0;
-                ++it;
+                aim(++it);
             }
         }
         cp_async_commit();
