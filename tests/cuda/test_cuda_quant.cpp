@@ -322,5 +322,63 @@ TEST(CudaBatchInvariance, MatvecAndGateUpRowsEqualOneTokenResults) {
     }
 }
 
+// A decode RMSNorm folded into the f32 matvecs that read its output (MatvecArgs::norm_x) gives
+// the unfolded results bit for bit: the same products and the same sum of squares
+// (norm_sum.cuh); the first of them writes the norm's output too. A T = 3 call (norm not folded)
+// gives each row the same bits as the folded one-token call.
+TEST(CudaFoldNorm, FoldedMatvecsEqualNormThenMatvecBitForBit) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    auto g = test_rng();
+    for (Type t : {Type::Q8_0, Type::Q6_K, Type::IQ4_NL}) {
+        for (int cols : {2560, 8448}) {  // 10 units (a group each), 33 units (two per group)
+            SCOPED_TRACE(type_str(t) + " cols " + std::to_string(cols));
+            const int rows = 203;
+            const auto m1 = random_matrix(t, rows, cols, g), m2 = random_matrix(t, rows, cols, g),
+                       m3 = random_matrix(t, rows + 64, cols, g);
+            const Weight w1 = gpu.load_weight(t, cols, rows, m1.data(), m1.size());
+            const Weight w2 = gpu.load_weight(t, cols, rows, m2.data(), m2.size());
+            const Weight w3 = gpu.load_weight(t, cols, rows + 64, m3.data(), m3.size());
+            ASSERT_FALSE(cuda.matvec_on_tensor_cores(w1, 1)) << "the fold is for the f32 matvec";
+            const int T = 3;
+            const auto h = randn(g, static_cast<size_t>(T) * cols, 3.f), nw = randn(g, cols);
+            Buf<float> hb(gpu, h), nb(gpu, nw);
+            struct Out {
+                std::vector<float> x, o1, o2, o3, f;
+            };
+            const bool was = cuda.fold_norm();
+            auto run = [&](bool fold, int tokens) {
+                cuda.set_fold_norm(fold);
+                Buf<float> xb(gpu, static_cast<size_t>(tokens) * cols), o1(gpu, static_cast<size_t>(tokens) * rows),
+                    o2(gpu, static_cast<size_t>(tokens) * rows), o3(gpu, static_cast<size_t>(tokens) * (rows + 64)),
+                    fb(gpu, static_cast<size_t>(tokens) * rows), sb(gpu, static_cast<size_t>(tokens) * rows);
+                for (auto* b : {&xb, &o1, &o2, &o3, &fb}) b->poison();
+                gpu.rmsnorm(hb.p(), cols, nb.p(), tokens, cols, 1e-6f, xb.p(), cols);
+                gpu.matmul(w1, xb.p(), tokens, o1.p(), false);  // three that share the input: one group
+                gpu.matmul(w2, xb.p(), tokens, o2.p(), false);
+                gpu.matmul(w3, xb.p(), tokens, o3.p(), false);
+                gpu.rmsnorm(hb.p(), cols, nb.p(), tokens, cols, 1e-6f, xb.p(), cols);
+                gpu.ffn_gate_up(w1, w2, xb.p(), tokens, fb.p(), sb.p());
+                Out r{xb.get(), o1.get(), o2.get(), o3.get(), fb.get()};
+                cuda.set_fold_norm(was);
+                return r;
+            };
+            const Out plain = run(false, 1), folded = run(true, 1), three = run(true, T);
+            auto same = [](const std::vector<float>& a, const std::vector<float>& b, size_t n) {
+                return std::memcmp(a.data(), b.data(), n * 4) == 0;
+            };
+            EXPECT_TRUE(same(folded.x, plain.x, cols)) << "the norm's output";
+            EXPECT_TRUE(same(folded.o1, plain.o1, rows));
+            EXPECT_TRUE(same(folded.o2, plain.o2, rows));
+            EXPECT_TRUE(same(folded.o3, plain.o3, rows + 64));
+            EXPECT_TRUE(same(folded.f, plain.f, rows)) << "fused gate/up";
+            EXPECT_TRUE(same(three.o1, folded.o1, rows)) << "row 0 of a 3-token call";
+            EXPECT_TRUE(same(three.o3, folded.o3, rows + 64)) << "row 0 of a 3-token call";
+            for (const Weight* w : {&w1, &w2, &w3}) gpu.release(const_cast<void*>(w->data));
+        }
+    }
+}
+
 }  // namespace
 }  // namespace df::test

@@ -87,6 +87,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* m = std::getenv("DF_CUDA_MATVEC")) imma_ = std::string(m) != "f32";
     if (const char* m = std::getenv("DF_CUDA_IMMA_SKIP")) imma_skip_ = m;  // block type names, for A/B runs
     if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
+    if (const char* f = std::getenv("DF_CUDA_FOLD_NORM")) fold_norm_ = std::string(f) == "1";
     int major = 0, minor = 0;
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
@@ -368,9 +369,30 @@ void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
     ops.embed(a, stream_);
 }
 
+namespace {
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool overlap(const float* a, const float* b, int64_t n) { return a < b + n && b < a + n; }
+}  // namespace
+
 void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
                           float* out, int64_t out_stride) {
     op_start();
+    if (fold_norm_ && n_rows == 1 && weight && n % 256 == 0 && n / 256 <= 64 && !overlap(x, out, n) && aligned16(x) &&
+        aligned16(out) && aligned16(weight)) {
+        norm_ = {x, weight, n, eps, out};
+        return;
+    }
+    launch_norm(x, x_stride, weight, n_rows, n, eps, out, out_stride);
+}
+
+bool CudaBackend::folds_norm(const Weight& w, const float* x, int T, const float* out) const {
+    return norm_.x && x == norm_.out && T == 1 && w.cols == norm_.n && !use_imma(w, T) && !use_qgemm(w, T) &&
+           matvec_can_fold_norm(static_cast<int>(w.cols), ops_for(w).unit) && !overlap(out, norm_.x, w.rows) &&
+           !overlap(out, norm_.out, w.rows);
+}
+
+void CudaBackend::launch_norm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
+                              float* out, int64_t out_stride) {
     // Decode: the imma matvecs that read `out` next find it converted already.
     if (imma_ && n_rows >= 1 && n_rows <= 8 && n % 256 == 0 && n <= xq_cols_ && n <= kRmsnormQuantMaxCols &&
         out_stride == n) {
@@ -445,10 +467,17 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
 
 void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) {
     if (T <= 0) return;
+    const bool fold = norm_.x && folds_norm(w, x, T, out);
+    if (norm_.x && !fold) flush();  // the held-back norm (and any group folding it) first
     if (use_qgemm(w, T) && !capturing_) reserve_qgemm(T, w.cols);  // may flush: before joining
     bool joins = !pending_.empty() && pending_x_ == x && pending_T_ == T && pending_.size() < kSideStreams + 1;
     for (const PendingMatmul& p : pending_) joins = joins && p.out != out;
-    if (!joins) flush();
+    if (!joins) {
+        if (fold && pending_.empty())
+            flush_prep();  // keeps the norm held back for this matmul
+        else
+            flush();
+    }
     if (out == xq_src_) xq_src_ = nullptr;
     if (out == qg_src_) qg_src_ = nullptr;
     pending_x_ = x;
@@ -468,7 +497,13 @@ void CudaBackend::flush_prep() {
 }
 
 void CudaBackend::flush_matmuls() {
-    if (pending_.empty()) return;
+    const PendingNorm fold = norm_;  // the pending matmuls, if any, all fold it (matmul() checked)
+    norm_ = {};
+    if (pending_.empty()) {
+        if (fold.x) launch_norm(fold.x, fold.n, fold.w, 1, fold.n, fold.eps, fold.out, fold.n);
+        return;
+    }
+    const PendingNorm* f = fold.x ? &fold : nullptr;
     // Matmuls sharing the activations share their conversion (before the fork).
     bool quantize = false;
     for (const PendingMatmul& p : pending_) quantize = quantize || use_imma(p.w, pending_T_);
@@ -486,18 +521,18 @@ void CudaBackend::flush_matmuls() {
         for (size_t i = 1; i < pending_.size(); ++i) {
             DF_CUDA_CHECK(cudaStreamWaitEvent(side_[i - 1], fork_, 0));
             const PendingMatmul& p = pending_[i];
-            run_matmul(p.w, pending_x_, pending_T_, p.out, p.accumulate, side_[i - 1]);
+            run_matmul(p.w, pending_x_, pending_T_, p.out, p.accumulate, side_[i - 1], false, f);
             DF_CUDA_CHECK(cudaEventRecord(join_[i - 1], side_[i - 1]));
         }
     }
     const PendingMatmul& p0 = pending_[0];
-    run_matmul(p0.w, pending_x_, pending_T_, p0.out, p0.accumulate, stream_, pending_.size() == 1);
+    run_matmul(p0.w, pending_x_, pending_T_, p0.out, p0.accumulate, stream_, pending_.size() == 1, f, true);
     for (size_t i = 1; i < pending_.size(); ++i) DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_[i - 1], 0));
     pending_.clear();
 }
 
 void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
-                             bool may_split) {
+                             bool may_split, const PendingNorm* fold, bool write_norm) {
     const QuantOps& ops = ops_for(w);
     if (use_qgemm(w, T)) {
         run_qgemm(w, T, out, accumulate, s, may_split);  // flush() converted x
@@ -513,6 +548,12 @@ void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out,
         // A function of the shape only: T must not change a token's summation order.
         a.warps_per_row = warps_per_row(w, ops.unit, static_cast<int>((w.rows + 3) / 4));
         a.tables = tables_;
+        if (fold) {
+            a.norm_x = fold->x;
+            a.norm_w = fold->w;
+            a.norm_eps = fold->eps;
+            a.norm_out = write_norm ? fold->out : nullptr;
+        }
         ops.matvec(a, s);
     } else {
         GemmArgs a;
@@ -529,12 +570,21 @@ void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out,
 
 void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x, int T, float* out,
                               float* scratch) {
-    flush();
     if (T <= 0) return;
-    if (out == xq_src_ || scratch == xq_src_) xq_src_ = nullptr;
-    qg_src_ = nullptr;
     const bool fused = T <= 8 && wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols &&
                        wg.row_stride == wu.row_stride;
+    // Decode after an RMSNorm: the fused f32 matvec folds it (nothing else is pending then).
+    const bool fold = fused && pending_.empty() && folds_norm(wg, x, T, out) && !overlap(scratch, norm_.x, wg.rows) &&
+                      !overlap(scratch, norm_.out, wg.rows);
+    const PendingNorm norm = fold ? norm_ : PendingNorm{};
+    if (fold) {
+        norm_ = {};
+        flush_prep();
+    } else {
+        flush();
+    }
+    if (out == xq_src_ || scratch == xq_src_) xq_src_ = nullptr;
+    qg_src_ = nullptr;
     if (fused && use_imma(wg, T)) {
         quantize_activations(x, T, static_cast<int>(wg.cols), stream_);
         ops_for(wg).imma(imma_args(wg, static_cast<const uint8_t*>(wu.data), T, out, false, stream_), stream_);
@@ -550,6 +600,12 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
         a.out = out;
         a.warps_per_row = warps_per_row(wg, ops.unit, static_cast<int>((wg.rows + 1) / 2));  // two outputs per group
         a.tables = tables_;
+        if (norm.x) {
+            a.norm_x = norm.x;
+            a.norm_w = norm.w;
+            a.norm_eps = norm.eps;
+            a.norm_out = norm.out;
+        }
         ops.matvec(a, stream_);
         return;
     }

@@ -49,7 +49,18 @@ struct MatvecArgs {
     int warps_per_row = 1;   // 1, 2, 4 or 8 warps share a group of rows
     const GridTables* tables = nullptr;
     bool stage_x = false;    // set by the launcher: T > 1 reads activations from shared memory
+    // T = 1 with the RMSNorm before it folded in (norm_x set; x unused): every block computes
+    // y = rmsnorm(norm_x) * norm_w exactly as launch_rmsnorm does (norm_sum.cuh) into shared
+    // memory and uses it as the activations; block 0 also writes y to norm_out when set.
+    // cols a multiple of 256 (at most 64 units), all four pointers 16-byte aligned.
+    const float* norm_x = nullptr;
+    const float* norm_w = nullptr;
+    float norm_eps = 0.f;
+    float* norm_out = nullptr;
 };
+
+// Whether a T = 1 matvec of this width can fold the RMSNorm before it (MatvecArgs::norm_x).
+bool matvec_can_fold_norm(int cols, int unit);
 
 // Tiled GEMM for any T: the same product as MatvecArgs (no fused gate/up). `split` selects
 // three bf16 tensor-core products per tile (hi*hi + hi*lo + lo*hi, ~16 mantissa bits: the f32

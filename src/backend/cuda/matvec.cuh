@@ -13,6 +13,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/norm_sum.cuh"
 #include "backend/cuda/quant_traits.cuh"
 
 namespace df::cuda {
@@ -62,6 +63,8 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     constexpr int U = matvec_unroll<TY, NT>();
     __shared__ __align__(16) unsigned char tab_smem[table_smem_bytes<Q>()];
     __shared__ float red[kWarps][R * NT];
+    extern __shared__ __align__(16) float xs[];  // staged activations (T > 1, or a folded norm)
+    constexpr int XS = Q::kUnit + 4;             // a unit's row, padded so consecutive lanes hit distinct banks
     const GridTables* tab = stage_tables<Q>(reinterpret_cast<GridTables*>(tab_smem), a.tables);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -134,8 +137,49 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             }
         }
     };
+    const bool fold = NT == 1 && a.norm_x;
     auto consume = [&](const Raw (&raw)[R], int u) {
-        consume_from(raw, a.x + static_cast<size_t>(u) * Q::kUnit, static_cast<size_t>(cols));
+        if (fold)
+            consume_from(raw, xs + u * XS, 0);
+        else
+            consume_from(raw, a.x + static_cast<size_t>(u) * Q::kUnit, static_cast<size_t>(cols));
+    };
+    // The folded norm (after pdl_wait, by the whole block): the warps find the sum of squares'
+    // group totals (norm_sum.cuh's groups, up to 4 per warp, their loads in flight together),
+    // warp 0 adds them, then every thread stages its share of y = (x scale) w, the products of
+    // rmsnorm_units_kernel.
+    __shared__ float scale;
+    __shared__ double gsum[kRmsMaxWarps];
+    auto stage_norm = [&] {
+        const int groups = rms_warps(cols);
+        double part[kRmsMaxWarps / kWarps];
+#pragma unroll
+        for (int k = 0; k < kRmsMaxWarps / kWarps; ++k) {
+            const int gi = warp + kWarps * k;
+            part[k] = gi < groups ? rms_lane_sumsq(a.norm_x, cols, gi, lane) : 0.0;
+        }
+#pragma unroll
+        for (int k = 0; k < kRmsMaxWarps / kWarps; ++k) {
+            const int gi = warp + kWarps * k;
+            const double t = warp_sum(part[k]);
+            if (gi < groups && lane == 0) gsum[gi] = t;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            const double s = warp_sum(lane < groups ? gsum[lane] : 0.0);
+            if (lane == 0) scale = rms_scale(s, cols, a.norm_eps);
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+            const float4 x4 = __ldg(reinterpret_cast<const float4*>(a.norm_x) + i);
+            const float4 w4 = __ldg(reinterpret_cast<const float4*>(a.norm_w) + i);
+            const float4 y = make_float4(__fmul_rn(__fmul_rn(x4.x, scale), w4.x), __fmul_rn(__fmul_rn(x4.y, scale), w4.y),
+                                         __fmul_rn(__fmul_rn(x4.z, scale), w4.z), __fmul_rn(__fmul_rn(x4.w, scale), w4.w));
+            const int e = 4 * i;
+            *reinterpret_cast<float4*>(xs + (e / Q::kUnit) * XS + e % Q::kUnit) = y;
+            if (blockIdx.x == 0 && a.norm_out) reinterpret_cast<float4*>(a.norm_out)[i] = y;
+        }
+        __syncthreads();
     };
 
     auto finish = [&](int rg) {
@@ -196,8 +240,6 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             // warp groups of the block at once (one L2 read per block instead of one per row
             // pair); the groups walk their row groups and chunks in lockstep. Each unit's row is
             // padded by 4 floats so consecutive lanes hit distinct banks.
-            extern __shared__ __align__(16) float xs[];
-            constexpr int XS = Q::kUnit + 4;
             pdl_wait();
             for (int rg0 = blockIdx.x * groups_per_block; rg0 < row_groups; rg0 += stride) {
                 const int my_rg = rg0 + gw;
@@ -252,6 +294,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         Raw nxt[U][R];
         if (rg < row_groups) load_chunk(cur, rg, 0);
         pdl_wait();  // the first weights are in flight; activations and outputs from here
+        if (fold) stage_norm();
         while (rg < row_groups) {
             int nrg, nch;
             advance(nrg, nch);
@@ -267,6 +310,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         }
     } else {
         pdl_wait();
+        if (fold) stage_norm();
         while (rg < row_groups) {
             load_chunk(cur, rg, ch);
             consume_chunk(cur);
@@ -287,25 +331,32 @@ size_t matvec_stage_bytes(int warps_per_row) {
     return b <= kMatvecMaxStage ? b : 0;
 }
 
+// Shared memory of a folded norm's activations (T = 1): every unit of the row, padded.
+inline size_t matvec_norm_bytes(int cols, int unit) { return sizeof(float) * (cols / unit) * (unit + 4); }
+
 template <Type TY, int NT, bool kPair>
 void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     MatvecArgs a = a_in;
-    const size_t smem = matvec_stage_bytes<TY, NT>(a.warps_per_row);
+    size_t smem = matvec_stage_bytes<TY, NT>(a.warps_per_row);
     a.stage_x = smem > 0;
-    // Persistent grid: as many blocks as stay resident (cached per shared-memory size: ops are
+    if (NT == 1 && a.norm_x) smem = matvec_norm_bytes(a.w.cols, Quant<TY>::kUnit);
+    // Persistent grid: as many blocks as stay resident (per shared-memory size, cached: ops are
     // issued from one thread), fewer when there is less work.
-    static size_t cached_smem = ~size_t{0};
-    static int resident = 0;
-    if (smem != cached_smem) {
+    static size_t cached_smem[2] = {~size_t{0}, ~size_t{0}};
+    static int cached_resident[2] = {0, 0};
+    int slot = cached_smem[0] == smem ? 0 : cached_smem[1] == smem ? 1 : -1;
+    if (slot < 0) {
         int dev = 0, sms = 0, per_sm = 0;
         DF_CUDA_CHECK(cudaFuncSetAttribute(matvec_kernel<TY, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kMatvecMaxStage)));
         DF_CUDA_CHECK(cudaGetDevice(&dev));
         DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<TY, NT, kPair>, kMatvecThreads, smem));
-        resident = sms * std::max(per_sm, 1);
-        cached_smem = smem;
+        slot = cached_smem[0] == ~size_t{0} ? 0 : 1;  // the second size replaces itself
+        cached_smem[slot] = smem;
+        cached_resident[slot] = sms * std::max(per_sm, 1);
     }
+    const int resident = cached_resident[slot];
     const int groups_per_block = (kMatvecThreads / 32) / a.warps_per_row;
     constexpr int kOut = kPair ? matvec_rows<NT>() / 2 : matvec_rows<NT>();
     const int row_groups = (a.w.rows + kOut - 1) / kOut;
@@ -327,6 +378,8 @@ void matvec_launch(const MatvecArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.w.cols % Quant<TY>::kUnit == 0, "matvec: cols must be a multiple of the decode unit");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x) % 16 == 0, "matvec: x must be 16-byte aligned");
     DF_CUDA_REQUIRE(!a.up || !a.accumulate, "matvec: fused gate/up does not accumulate");
+    DF_CUDA_REQUIRE(!a.norm_x || (a.T == 1 && matvec_can_fold_norm(a.w.cols, Quant<TY>::kUnit)),
+                    "matvec: a folded norm needs T = 1 and a row of at most 64 units of 256");
     if (a.T == 1)
         matvec_launch_nt<TY, 1>(a, s);
     else if (a.T == 2)

@@ -8,13 +8,15 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/matvec.cuh"
+#include "backend/cuda/norm_sum.cuh"
 
 namespace df::cuda {
 namespace {
 
 constexpr int kNormThreads = 256;
-constexpr int kMaxWarps = 32;
-constexpr int kUnitsPerWarp = 2;  // the register path takes rows of up to 32 * 2 * 256 values
+constexpr int kMaxWarps = kRmsMaxWarps;
+constexpr int kUnitsPerWarp = kRmsUnitsPerWarp;  // the register path takes rows of up to 32 * 2 * 256 values
 static_assert(kMaxWarps * kUnitsPerWarp * 256 == kRmsnormQuantMaxCols);
 
 // Sum over the block (at most 32 warps) of per-thread doubles; every thread gets the total.
@@ -34,11 +36,6 @@ __device__ double block_sum(double v) {
     const double r = total;
     __syncthreads();  // part/total may be reused by a following call
     return r;
-}
-
-__device__ float rms_scale(double sumsq, int n, float eps) {
-    const float mean = static_cast<float>(sumsq / n);
-    return 1.0f / sqrtf(mean + eps);
 }
 
 // Any row length: one row by the whole block (out may alias x).
@@ -84,6 +81,7 @@ DF_DEV void store8(float* p, const float (&v)[8]) {
 // products and the double sum are those of rmsnorm_kernel (only the summation order differs).
 // With xq set, the outputs are also written in the imma activation format (act_quant.cuh) from
 // the same registers. out may alias x. kVec: 16-byte aligned rows, strides and weights.
+// The sum of squares is norm_sum.cuh's (a matvec folding this norm gets the same scale).
 template <bool kVec>
 __global__ void __launch_bounds__(32 * kMaxWarps) rmsnorm_units_kernel(const float* x, int64_t xs, const float* w, int n,
                                                                        float eps, float* out, int64_t os, uint2* xq,
@@ -106,8 +104,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) rmsnorm_units_kernel(const flo
         const int u = warp + k * warps;
         if (u >= units) continue;
         load8<kVec>(xr + u * 256 + 8 * lane, v[k]);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) s += static_cast<double>(__fmul_rn(v[k][j], v[k][j]));
+        rms_add8(s, v[k]);
     }
     const float scale = rms_scale(block_sum(s), n, eps);
     float* o = out + row * os;
@@ -130,8 +127,7 @@ bool rmsnorm_by_units(int n) { return n % 256 == 0 && n / 256 <= kMaxWarps * kUn
 
 void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, float eps, float* out, int64_t os,
                    uint2* xq, float* xe, cudaStream_t s) {
-    const int units = n / 256;
-    const int warps = units <= kMaxWarps ? units : (units + 1) / 2;
+    const int warps = rms_warps(n);
     auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     const bool vec = al(x) && al(out) && (!w || al(w)) && xs % 4 == 0 && os % 4 == 0;
     if (vec)
@@ -287,6 +283,11 @@ void launch_gated_rmsnorm_quant(const float* x, const float* z, const float* w, 
         case 128: launch(gated_rmsnorm_quant_kernel<128>, grid, 128, 0, s, x, z, w, units, eps, out, xq, xe); break;
         default: launch(gated_rmsnorm_quant_kernel<256>, grid, 128, 0, s, x, z, w, units, eps, out, xq, xe); break;
     }
+}
+
+bool matvec_can_fold_norm(int cols, int unit) {
+    return cols > 0 && cols % 256 == 0 && cols / 256 <= kRmsUnitsPerWarp * kRmsMaxWarps && cols % unit == 0 &&
+           matvec_norm_bytes(cols, unit) <= kMatvecMaxStage;
 }
 
 void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,
