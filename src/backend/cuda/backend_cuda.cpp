@@ -374,6 +374,13 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 bool overlap(const float* a, const float* b, int64_t n) { return a < b + n && b < a + n; }
 }  // namespace
 
+void CudaBackend::fold_into(MatvecArgs& a, const PendingNorm& n, bool write) {
+    a.norm_x = n.x;
+    a.norm_w = n.w;
+    a.norm_eps = n.eps;
+    a.norm_out = write ? n.out : nullptr;
+}
+
 void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
                           float* out, int64_t out_stride) {
     op_start();
@@ -548,12 +555,7 @@ void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out,
         // A function of the shape only: T must not change a token's summation order.
         a.warps_per_row = warps_per_row(w, ops.unit, static_cast<int>((w.rows + 3) / 4));
         a.tables = tables_;
-        if (fold) {
-            a.norm_x = fold->x;
-            a.norm_w = fold->w;
-            a.norm_eps = fold->eps;
-            a.norm_out = write_norm ? fold->out : nullptr;
-        }
+        if (fold) fold_into(a, *fold, write_norm);
         ops.matvec(a, s);
     } else {
         GemmArgs a;
@@ -600,12 +602,7 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
         a.out = out;
         a.warps_per_row = warps_per_row(wg, ops.unit, static_cast<int>((wg.rows + 1) / 2));  // two outputs per group
         a.tables = tables_;
-        if (norm.x) {
-            a.norm_x = norm.x;
-            a.norm_w = norm.w;
-            a.norm_eps = norm.eps;
-            a.norm_out = norm.out;
-        }
+        if (norm.x) fold_into(a, norm, true);
         ops.matvec(a, stream_);
         return;
     }

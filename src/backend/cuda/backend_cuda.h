@@ -119,6 +119,7 @@ private:
     void launch_norm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps, float* out,
                      int64_t out_stride);
     bool folds_norm(const Weight& w, const float* x, int T, const float* out) const;
+    static void fold_into(MatvecArgs& a, const PendingNorm& n, bool write);  // write: also the norm's output
     void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
                     bool may_split = false, const PendingNorm* fold = nullptr, bool write_norm = false);
     void flush_matmuls();

@@ -58,11 +58,11 @@ DF_DEV void pdl_begin() {
 
 DF_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
-// Asynchronous global -> shared copies of N = 4, 8 or 16 bytes (both addresses N-aligned);
-// 16-byte copies bypass L1 (weights are streamed once).
 // A release + acquire fence at GPU scope: lighter than __threadfence()'s sequentially consistent one.
 DF_DEV void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
+// Asynchronous global -> shared copies of N = 4, 8 or 16 bytes (both addresses N-aligned);
+// 16-byte copies bypass L1 (weights are streamed once).
 template <int N>
 DF_DEV void cp_async(uint32_t smem, const void* gmem) {  // smem: a shared-window address
     static_assert(N == 4 || N == 8 || N == 16);
