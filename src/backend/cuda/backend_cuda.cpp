@@ -384,8 +384,8 @@ void CudaBackend::fold_into(MatvecArgs& a, const PendingNorm& n, bool write) {
 void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
                           float* out, int64_t out_stride) {
     op_start();
-    if (fold_norm_ && n_rows == 1 && weight && n % 256 == 0 && n / 256 <= 64 && !overlap(x, out, n) && aligned16(x) &&
-        aligned16(out) && aligned16(weight)) {
+    // Held back when a matvec could fold it (folds_norm checks the width); else launched by the next flush.
+    if (fold_norm_ && n_rows == 1 && weight && !overlap(x, out, n) && aligned16(x) && aligned16(out) && aligned16(weight)) {
         norm_ = {x, weight, n, eps, out};
         return;
     }
@@ -474,7 +474,7 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
 
 void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) {
     if (T <= 0) return;
-    const bool fold = norm_.x && folds_norm(w, x, T, out);
+    const bool fold = folds_norm(w, x, T, out);
     if (norm_.x && !fold) flush();  // the held-back norm (and any group folding it) first
     if (use_qgemm(w, T) && !capturing_) reserve_qgemm(T, w.cols);  // may flush: before joining
     bool joins = !pending_.empty() && pending_x_ == x && pending_T_ == T && pending_.size() < kSideStreams + 1;

@@ -285,9 +285,9 @@ void launch_gated_rmsnorm_quant(const float* x, const float* z, const float* w, 
     }
 }
 
+// The fold reproduces the units kernel's sum (norm_sum.cuh), so it takes the rows that kernel takes.
 bool matvec_can_fold_norm(int cols, int unit) {
-    return cols > 0 && cols % 256 == 0 && cols / 256 <= kRmsUnitsPerWarp * kRmsMaxWarps && cols % unit == 0 &&
-           matvec_norm_bytes(cols, unit) <= kMatvecMaxStage;
+    return cols > 0 && rmsnorm_by_units(cols) && cols % unit == 0 && matvec_norm_bytes(cols, unit) <= kMatvecMaxStage;
 }
 
 void launch_rmsnorm(const float* x, int64_t x_stride, const float* w, int rows, int n, float eps, float* out,

@@ -47,15 +47,4 @@ DF_DEV float rms_scale(double sumsq, int n, float eps) {
     return 1.0f / sqrtf(mean + eps);
 }
 
-// The whole sum by one warp (all lanes get it): the groups one after another.
-DF_DEV double rms_row_sumsq(const float* xr, int n, int lane) {
-    const int warps = rms_warps(n);
-    double mine = 0;  // lane l keeps group l's total
-    for (int w = 0; w < warps; ++w) {
-        const double t = warp_sum(rms_lane_sumsq(xr, n, w, lane));
-        if (lane == w) mine = t;
-    }
-    return warp_sum(lane < warps ? mine : 0.0);
-}
-
 }  // namespace df::cuda
