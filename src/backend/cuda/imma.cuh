@@ -514,8 +514,19 @@ template <class I, int kMats>
 constexpr int imma_stage_bytes() { return kMats * (16 * I::kStride + 16 * I::kHead); }
 template <class I>
 constexpr int imma_tabs_bytes() { return (static_cast<int>(sizeof(typename I::Tabs)) + 15) / 16 * 16; }
+// Ring stages: the decoder's own, or fewer where two blocks would not fit an SM's shared memory
+// (228 KB, 1 KB of it reserved per block). The grid is two blocks per SM (the stream-K split
+// assumes both resident); a block too big for that ran the grid in two waves of 8 warps per SM,
+// as the paired gate/up of the IQ2 types did with 4 stages (132 KB).
 template <class I, int kMats>
-constexpr int imma_smem_bytes() { return imma_tabs_bytes<I>() + kImmaWarps * I::kStages * imma_stage_bytes<I, kMats>(); }
+constexpr int imma_stages() {
+    auto fits = [](int s) { return 2 * (imma_tabs_bytes<I>() + kImmaWarps * s * imma_stage_bytes<I, kMats>() + 1024) <= 228 * 1024; };
+    for (int s = I::kStages; s >= 2; --s)
+        if (fits(s)) return s;
+    return I::kStages;  // one block per SM whatever the depth (paired Q8_0 and Q6_K, both off by default)
+}
+template <class I, int kMats>
+constexpr int imma_smem_bytes() { return imma_tabs_bytes<I>() + kImmaWarps * imma_stages<I, kMats>() * imma_stage_bytes<I, kMats>(); }
 
 // Floats of one warp's partial sums (per slot), and of the whole scratch for `warps` warps.
 template <int NT, int kMats>
@@ -613,7 +624,7 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
 template <Type TY, int NT, bool kPair>
 __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a) {
     using I = Imma<TY>;
-    constexpr int kMats = kPair ? 2 : 1, S = I::kStages, kStage = imma_stage_bytes<I, kMats>();
+    constexpr int kMats = kPair ? 2 : 1, S = imma_stages<I, kMats>(), kStage = imma_stage_bytes<I, kMats>();
     constexpr int kMatStage = 16 * I::kStride + 16 * I::kHead;
     constexpr int kPerRow = I::kBody / I::kCopy, kCopies = (16 * kPerRow + 31) / 32;
     extern __shared__ __align__(16) uint8_t smem[];
