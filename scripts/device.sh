@@ -5,7 +5,7 @@
 #                                     with the extra golden models, into .carry/ (ignored)
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
 #        phases: info tests golden eval bench-kernels profile bench-models step-profile prefill-profile
-#                kernel-profile
+#                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
 #                PREFILL_PROFILE="preset:tokens ..." overrides)
@@ -26,7 +26,15 @@ pack() {
     cp build-cuda/tests/test_cuda build-cuda/app/diskformer "$tmp/"
     strip "$tmp/test_cuda" "$tmp/diskformer"
     rm -rf .carry/golden/*
-    XZ_OPT=-9 tar cJf .carry/bins.tar.xz -C "$tmp" test_cuda diskformer
+    local extra=""
+    if [ "${DF_PACK_TRACE:-0}" = 1 ]; then  # the timeline build too (phase trace)
+        cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DDF_CUDA=ON -DDF_WERROR=ON -DDF_CUDA_TRACE=ON >/dev/null
+        cmake --build build-trace -j2 --target diskformer
+        cp build-trace/app/diskformer "$tmp/diskformer-trace"
+        strip "$tmp/diskformer-trace"
+        extra=diskformer-trace
+    fi
+    XZ_OPT=-9 tar cJf .carry/bins.tar.xz -C "$tmp" test_cuda diskformer $extra
     rm -rf "$tmp"
     # Golden models beyond the compact copy in tests/golden (only the f32-twin references); the
     # device tool carries at most 64 MiB with the working tree, so not q3_4L_q8_0 (Q8_0 runs in
@@ -146,6 +154,17 @@ PY
             grep -E "pipe_.*pct.* [1-9][0-9]*\.[0-9]+$" "$out/kprof_$i.txt" | sort -k3 -gr | head -n 8
             grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Shared|Bank" "$out/kprof_$i.txt" | head -n 30
             i=$((i + 1))
+        done
+        ;; esac
+    case ",$phases," in *,trace,*)
+        # One replayed decode step per preset, kernel by kernel (needs DF_PACK_TRACE=1 at pack).
+        echo "== decode timeline (scripts/trace_step.py)"
+        for p in qwen3-4b-q8_0 saluki-27b-iq2mix; do
+            [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 2
+            DF_CUDA_TRACE="/tmp/$p.trace" /tmp/dfbin/diskformer-trace bench -m "/tmp/$p.gguf" --backend cuda -p 512 -n 16 \
+                --reps 1 --bw 4600 2>&1 | grep -E '^decode'
+            python3 scripts/trace_step.py "/tmp/$p.trace" --all > "$out/trace_$p.txt"
+            grep -A 30 '^step:' "$out/trace_$p.txt"
         done
         ;; esac
     case ",$phases," in *,bench-models,*)

@@ -12,6 +12,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/layout.h"
 #include "backend/cuda/tables.h"
+#include "backend/cuda/trace.h"
 #include "quant/dequant.h"
 
 namespace df::cuda {
@@ -99,6 +100,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
+    trace_dump();
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     for (auto& [p, info] : allocs_) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
@@ -762,6 +764,7 @@ bool CudaBackend::begin_capture(uint64_t key) {
     op_start();
     DF_CUDA_REQUIRE(!capturing_, "begin_capture while already recording");
     DF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    trace_mark("capture");
     capturing_ = true;
     capture_key_ = key;
     return true;
@@ -772,6 +775,7 @@ void CudaBackend::end_capture() {
     DF_CUDA_REQUIRE(capturing_, "end_capture without begin_capture");
     cudaGraph_t graph = nullptr;
     DF_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    trace_mark("end");
     capturing_ = false;
     cudaGraphExec_t exec = nullptr;
     DF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));

@@ -36,11 +36,35 @@ DF_DEV uint32_t ldg_u32(const uint8_t* p) { return __ldg(reinterpret_cast<const 
 DF_DEV uint2 ldg_u64(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 DF_DEV uint4 ldg_u128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
+#ifdef DF_CUDA_TRACE
+// The decode timeline (trace.h): this translation unit's pointer to the event buffer (set by
+// launch()), and block 0's stamp of an event: kind 0 started, 1 past pdl_wait.
+namespace {
+__device__ unsigned long long* df_trace_buf;
+}
+DF_DEV void trace_event(unsigned kind) {
+    unsigned long long* b = df_trace_buf;
+    if (!b || threadIdx.x != 0 || (blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned long long i = atomicAdd(b, 1ull);
+    if (i >= (1ull << 20)) return;  // kTraceCap
+    const unsigned long long w = kind | (static_cast<unsigned long long>(blockDim.x) << 4) |
+                                 (static_cast<unsigned long long>(gridDim.x) << 16) |
+                                 (static_cast<unsigned long long>(gridDim.y) << 40) |
+                                 (static_cast<unsigned long long>(gridDim.z) << 56);
+    reinterpret_cast<ulonglong2*>(b)[1 + i] = make_ulonglong2(t, w);
+}
+#endif
+
 // Programmatic dependent launch (launch.cuh). pdl_trigger: the next kernel in the stream may be
 // scheduled now (it still waits for this one before touching shared data). pdl_wait: blocks
 // until the previous kernel has completed and its writes are visible; a thread calls it before
 // its first access to memory that another kernel writes or reads. No-ops without a dependency.
 DF_DEV void pdl_trigger() {
+#ifdef DF_CUDA_TRACE
+    trace_event(0);
+#endif
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
@@ -48,6 +72,9 @@ DF_DEV void pdl_trigger() {
 DF_DEV void pdl_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#ifdef DF_CUDA_TRACE
+    trace_event(1);
 #endif
 }
 // Both, for kernels whose every access depends on the previous kernel.

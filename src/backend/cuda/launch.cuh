@@ -17,9 +17,23 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/trace.h"
 
 namespace df::cuda {
+
+#ifdef DF_CUDA_TRACE
+// Each translation unit has its own df_trace_buf (device_util.cuh): launch() and this are kept
+// local to the unit (an anonymous namespace), so a unit's launches set its own copy.
+namespace {
+inline void trace_bind_unit() {
+    static bool bound = false;
+    if (bound) return;
+    bound = true;
+    if (void* p = trace_buffer()) DF_CUDA_CHECK(cudaMemcpyToSymbol(df_trace_buf, &p, sizeof p));
+}
+#endif
 
 // kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute when pdl_enabled(); checked.
 template <typename... Params, typename... Args>
@@ -27,6 +41,10 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+#ifdef DF_CUDA_TRACE
+    trace_bind_unit();
+    trace_launch(reinterpret_cast<const void*>(kernel), grid, block);
+#endif
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -36,5 +54,8 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
     cfg.numAttrs = 1;
     DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
+#ifdef DF_CUDA_TRACE
+}  // namespace
+#endif
 
 }  // namespace df::cuda

@@ -1,0 +1,80 @@
+#include "backend/cuda/trace.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/check.h"
+
+namespace df::cuda {
+namespace {
+
+struct Trace {
+    const char* path = std::getenv("DF_CUDA_TRACE");
+    unsigned long long* buf = nullptr;
+    std::vector<std::string> lines;  // the launch sequence and marks, in issue order
+};
+
+Trace& trace() {
+    static Trace t;
+    return t;
+}
+
+}  // namespace
+
+void* trace_buffer() {
+#ifdef DF_CUDA_TRACE
+    Trace& t = trace();
+    if (!t.path) return nullptr;
+    if (!t.buf) {
+        const size_t bytes = 16 * (kTraceCap + 1);
+        DF_CUDA_CHECK(cudaMalloc(&t.buf, bytes));
+        DF_CUDA_CHECK(cudaMemset(t.buf, 0, bytes));
+    }
+    return t.buf;
+#else
+    return nullptr;
+#endif
+}
+
+void trace_launch(const void* kernel, dim3 grid, dim3 block) {
+    Trace& t = trace();
+    if (!t.path) return;
+    const char* name = "?";
+#if CUDART_VERSION >= 12030
+    if (cudaFuncGetName(&name, kernel) != cudaSuccess) name = "?";
+#else
+    (void)kernel;
+#endif
+    t.lines.push_back("L " + std::to_string(grid.x) + " " + std::to_string(grid.y) + " " + std::to_string(grid.z) + " " +
+                      std::to_string(block.x) + " " + name);
+}
+
+void trace_mark(const char* what) {
+    Trace& t = trace();
+    if (t.path) t.lines.push_back(std::string("M ") + what);
+}
+
+void trace_dump() {
+    Trace& t = trace();
+    if (!t.path || !t.buf) return;
+    DF_CUDA_CHECK(cudaDeviceSynchronize());
+    unsigned long long n = 0;
+    DF_CUDA_CHECK(cudaMemcpy(&n, t.buf, sizeof n, cudaMemcpyDeviceToHost));
+    if (n > kTraceCap) n = kTraceCap;
+    std::vector<unsigned long long> ev(2 * n);
+    if (n) DF_CUDA_CHECK(cudaMemcpy(ev.data(), t.buf + 2, 16 * n, cudaMemcpyDeviceToHost));
+    FILE* f = std::fopen(t.path, "w");
+    if (!f) return;
+    for (const std::string& l : t.lines) std::fprintf(f, "%s\n", l.c_str());
+    for (unsigned long long i = 0; i < n; ++i) {
+        const unsigned long long w = ev[2 * i + 1];  // kind | block << 4 | grid x << 16 | y << 40 | z << 56
+        std::fprintf(f, "E %llu %llu %llu %llu %llu %llu\n", ev[2 * i], w & 15, (w >> 4) & 4095, (w >> 16) & 0xFFFFFF,
+                     (w >> 40) & 0xFFFF, w >> 56);
+    }
+    std::fclose(f);
+    t.path = nullptr;  // once
+}
+
+}  // namespace df::cuda

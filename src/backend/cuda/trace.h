@@ -1,0 +1,20 @@
+// Decode timeline (build option DF_CUDA_TRACE; off in normal builds): with DF_CUDA_TRACE=<file> in
+// the environment, block 0 of every kernel stamps %globaltimer when it starts (pdl_trigger) and
+// when its predecessor's writes are visible (pdl_wait), and the host keeps the launch sequence;
+// scripts/trace_step.py turns the two into a per-kernel timeline of one graph replay. ncu times
+// kernels one at a time and nsys does not run on the lent device, so this is the only view of
+// how kernels overlap inside a replayed decode step.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace df::cuda {
+
+inline constexpr unsigned long long kTraceCap = 1ull << 20;  // events kept (16 bytes each)
+
+void* trace_buffer();  // the device buffer ([count, -, events...]), or nullptr when not tracing
+void trace_launch(const void* kernel, dim3 grid, dim3 block);
+void trace_mark(const char* what);  // e.g. graph capture begin / end, in the launch sequence
+void trace_dump();                  // writes the events and the launch sequence (the file is named once)
+
+}  // namespace df::cuda
