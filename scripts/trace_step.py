@@ -64,7 +64,6 @@ def main():
                 used[j] = True
                 rows[j] = [t, None]
                 break
-    wi = 0
     taken = set()
     for j in range(K):
         if rows[j] is None:

@@ -7,6 +7,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#ifdef DF_CUDA_TRACE
+#include "backend/cuda/trace.h"
+#endif
+
 #define DF_DEV __device__ __forceinline__
 
 namespace df::cuda {
@@ -48,7 +52,7 @@ DF_DEV void trace_event(unsigned kind) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     const unsigned long long i = atomicAdd(b, 1ull);
-    if (i >= (1ull << 20)) return;  // kTraceCap
+    if (i >= kTraceCap) return;
     const unsigned long long w = kind | (static_cast<unsigned long long>(blockDim.x) << 4) |
                                  (static_cast<unsigned long long>(gridDim.x) << 16) |
                                  (static_cast<unsigned long long>(gridDim.y) << 40) |
