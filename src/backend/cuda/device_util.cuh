@@ -53,10 +53,10 @@ DF_DEV void trace_event(unsigned kind) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     const unsigned long long i = atomicAdd(b, 1ull);
     if (i >= kTraceCap) return;
-    const unsigned long long w = kind | (static_cast<unsigned long long>(blockDim.x) << 4) |
-                                 (static_cast<unsigned long long>(gridDim.x) << 16) |
-                                 (static_cast<unsigned long long>(gridDim.y) << 40) |
-                                 (static_cast<unsigned long long>(gridDim.z) << 56);
+    const unsigned long long w = kind | (static_cast<unsigned long long>(blockDim.x) << kTraceBlock) |
+                                 (static_cast<unsigned long long>(gridDim.x) << kTraceGridX) |
+                                 (static_cast<unsigned long long>(gridDim.y) << kTraceGridY) |
+                                 (static_cast<unsigned long long>(gridDim.z) << kTraceGridZ);
     reinterpret_cast<ulonglong2*>(b)[1 + i] = make_ulonglong2(t, w);
 }
 #endif

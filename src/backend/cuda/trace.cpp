@@ -69,9 +69,10 @@ void trace_dump() {
     if (!f) return;
     for (const std::string& l : t.lines) std::fprintf(f, "%s\n", l.c_str());
     for (unsigned long long i = 0; i < n; ++i) {
-        const unsigned long long w = ev[2 * i + 1];  // kind | block << 4 | grid x << 16 | y << 40 | z << 56
-        std::fprintf(f, "E %llu %llu %llu %llu %llu %llu\n", ev[2 * i], w & 15, (w >> 4) & 4095, (w >> 16) & 0xFFFFFF,
-                     (w >> 40) & 0xFFFF, w >> 56);
+        const unsigned long long w = ev[2 * i + 1];
+        auto field = [&](int lo, int hi) { return (w >> lo) & ((1ull << (hi - lo)) - 1); };
+        std::fprintf(f, "E %llu %llu %llu %llu %llu %llu\n", ev[2 * i], field(0, kTraceBlock), field(kTraceBlock, kTraceGridX),
+                     field(kTraceGridX, kTraceGridY), field(kTraceGridY, kTraceGridZ), w >> kTraceGridZ);
     }
     std::fclose(f);
     t.path = nullptr;  // once

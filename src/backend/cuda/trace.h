@@ -12,6 +12,11 @@ namespace df::cuda {
 
 inline constexpr unsigned long long kTraceCap = 1ull << 20;  // events kept (16 bytes each)
 
+// An event is (%globaltimer, word); the word packs the kind (0 started, 1 past pdl_wait) and the
+// launch's shape: kind | block.x << kTraceBlock | grid.x << kTraceGridX | grid.y << kTraceGridY |
+// grid.z << kTraceGridZ. Written by trace_event (device_util.cuh), read by trace_dump.
+inline constexpr int kTraceBlock = 4, kTraceGridX = 16, kTraceGridY = 40, kTraceGridZ = 56;
+
 void* trace_buffer();  // the device buffer ([count, -, events...]), or nullptr when not tracing
 void trace_launch(const void* kernel, dim3 grid, dim3 block);
 void trace_mark(const char* what);  // e.g. graph capture begin / end, in the launch sequence
