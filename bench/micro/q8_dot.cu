@@ -1,6 +1,6 @@
 // Microbenchmark: does the Q8_0 one-token matvec's per-weight work set its speed? The same kernel
 // shape (persistent warps, 4 rows per warp group of the engine's warps per row, a 16-weight unit
-// per lane, the next unit's loads in flight, 3 blocks of 256 threads per SM) with two inner
+// per lane, the next unit's loads in flight, 3 or 4 blocks of 256 threads per SM) with two inner
 // products:
 //   f32:  activations f32, weights byte -> float (PRMT + FADD), FMA (the engine's f32 matvec)
 //   dp4a: activations as 4 int8 limbs (the imma format's idea), 4 dp4a per 4 weights and limb,
@@ -49,8 +49,8 @@ struct Mat {
 // Row layout as the engine's: [32-byte bodies | f16 heads], rows padded to 16 bytes.
 // wpr warps share a row group (the engine's warps_per_row for the shape); their sums meet by
 // atomicAdd here (order free: only the speed is measured).
-template <bool kDp4a>
-__global__ void __launch_bounds__(256, 3) q8_matvec(Mat m, const float* x, const uint4* xl, float* out, int wpr) {
+template <bool kDp4a, int kBlocksPerSm>
+__global__ void __launch_bounds__(256, kBlocksPerSm) q8_matvec(Mat m, const float* x, const uint4* xl, float* out, int wpr) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int lane = threadIdx.x & 31;
     const int gwarp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, part = gwarp % wpr;
@@ -183,14 +183,18 @@ int main() {
     CK(cudaMemset(xl, 0x11, 4 * 9728));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    std::printf("4B layer matrices (%.1f MB, floor %.2f us at 4.6 TB/s), 3 blocks x 256 threads per SM\n", layer_bytes / 1048576.0,
+    std::printf("4B layer matrices (%.1f MB, floor %.2f us at 4.6 TB/s), blocks of 256 threads\n", layer_bytes / 1048576.0,
                 layer_bytes / 4.6e6);
-    for (int mode = 0; mode < 2; ++mode) {
+    for (int mode = 0; mode < 4; ++mode) {  // f32, dp4a with 3 blocks per SM; then with 4
         auto one = [&](const Mat& m) {
-            if (mode == 0)
-                launch(q8_matvec<false>, 3 * sms, 256, st, m, static_cast<const float*>(x), static_cast<const uint4*>(xl), out, m.wpr);
-            else
-                launch(q8_matvec<true>, 3 * sms, 256, st, m, static_cast<const float*>(x), static_cast<const uint4*>(xl), out, m.wpr);
+            const float* xf = x;
+            const uint4* xq = xl;
+            switch (mode) {
+                case 0: launch(q8_matvec<false, 3>, 3 * sms, 256, st, m, xf, xq, out, m.wpr); break;
+                case 1: launch(q8_matvec<true, 3>, 3 * sms, 256, st, m, xf, xq, out, m.wpr); break;
+                case 2: launch(q8_matvec<false, 4>, 4 * sms, 256, st, m, xf, xq, out, m.wpr); break;
+                default: launch(q8_matvec<true, 4>, 4 * sms, 256, st, m, xf, xq, out, m.wpr); break;
+            }
         };
         auto time_graph = [&](auto&& body, int per) {
             cudaGraph_t g;
@@ -215,7 +219,7 @@ int main() {
             return 1e3 * ms / per;
         };
         const double us = time_graph([&] { for (int rep = 0; rep < 4; ++rep) for (const Mat& m : mats) one(m); }, 4 * kLayers);
-        std::printf("%-5s layer chain %7.2f us (%3.0f %% of floor); per kernel, alone:", mode ? "dp4a" : "f32", us,
+        std::printf("%-5s x%d/SM layer chain %7.2f us (%3.0f %% of floor); per kernel, alone:", mode % 2 ? "dp4a" : "f32", 3 + mode / 2, us,
                     100.0 * layer_bytes / 4.6e6 / us);
         for (size_t i = 0; i < 7; ++i) {
             const double k = time_graph([&] { for (int l = 0; l < 4 * kLayers; ++l) one(mats[7 * (l % kLayers) + i]); }, 4 * kLayers);
