@@ -19,14 +19,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                           \
-        }                                                                                           \
-    } while (0)
+#include "micro_util.cuh"
+
 
 namespace {
 
@@ -127,20 +121,6 @@ __global__ void __launch_bounds__(256, kBlocksPerSm) q8_matvec(Mat m, const floa
     }
 }
 
-template <class K, class... A>
-void launch(K k, int grid, int block, cudaStream_t s, A... a) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k, a...));
-}
-
 }  // namespace
 
 int main() {
@@ -190,39 +170,17 @@ int main() {
             const float* xf = x;
             const uint4* xq = xl;
             switch (mode) {
-                case 0: launch(q8_matvec<false, 3>, 3 * sms, 256, st, m, xf, xq, out, m.wpr); break;
-                case 1: launch(q8_matvec<true, 3>, 3 * sms, 256, st, m, xf, xq, out, m.wpr); break;
-                case 2: launch(q8_matvec<false, 4>, 4 * sms, 256, st, m, xf, xq, out, m.wpr); break;
-                default: launch(q8_matvec<true, 4>, 4 * sms, 256, st, m, xf, xq, out, m.wpr); break;
+                case 0: launch_pdl(q8_matvec<false, 3>, 3 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
+                case 1: launch_pdl(q8_matvec<true, 3>, 3 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
+                case 2: launch_pdl(q8_matvec<false, 4>, 4 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
+                default: launch_pdl(q8_matvec<true, 4>, 4 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
             }
         };
-        auto time_graph = [&](auto&& body, int per) {
-            cudaGraph_t g;
-            cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-            body();
-            CK(cudaStreamEndCapture(st, &g));
-            CK(cudaGraphInstantiate(&ge, g, 0));
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaStreamSynchronize(st));
-            cudaEvent_t a, b;
-            CK(cudaEventCreate(&a));
-            CK(cudaEventCreate(&b));
-            CK(cudaEventRecord(a, st));
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaEventRecord(b, st));
-            CK(cudaEventSynchronize(b));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, a, b));
-            CK(cudaGraphExecDestroy(ge));
-            CK(cudaGraphDestroy(g));
-            return 1e3 * ms / per;
-        };
-        const double us = time_graph([&] { for (int rep = 0; rep < 4; ++rep) for (const Mat& m : mats) one(m); }, 4 * kLayers);
+        const double us = time_graph_us(st, [&] { for (int rep = 0; rep < 4; ++rep) for (const Mat& m : mats) one(m); }, 4 * kLayers);
         std::printf("%-5s x%d/SM layer chain %7.2f us (%3.0f %% of floor); per kernel, alone:", mode % 2 ? "dp4a" : "f32", 3 + mode / 2, us,
                     100.0 * layer_bytes / 4.6e6 / us);
         for (size_t i = 0; i < 7; ++i) {
-            const double k = time_graph([&] { for (int l = 0; l < 4 * kLayers; ++l) one(mats[7 * (l % kLayers) + i]); }, 4 * kLayers);
+            const double k = time_graph_us(st, [&] { for (int l = 0; l < 4 * kLayers; ++l) one(mats[7 * (l % kLayers) + i]); }, 4 * kLayers);
             std::printf(" %s %.1f", layer[i].name, k);
         }
         std::printf("\n");

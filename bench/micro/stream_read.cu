@@ -12,14 +12,8 @@
 
 #include <cuda_runtime.h>
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                       \
-        }                                                                                       \
-    } while (0)
+#include "micro_util.cuh"
+
 
 __device__ __forceinline__ void trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void dep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -124,21 +118,6 @@ __global__ void __launch_bounds__(288) tma_read(const uint8_t* __restrict__ src,
     if (threadIdx.x == 0 && blockIdx.x == 0) out[gridDim.x] = acc;
 }
 
-template <class K, class... A>
-void launch(K k, int grid, int block, size_t smem, cudaStream_t s, A... a) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k, a...));
-}
-
 int main() {
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -165,6 +144,19 @@ int main() {
     CK(cudaFuncSetAttribute(tma_read<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     CK(cudaFuncSetAttribute(tma_read<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     CK(cudaFuncSetAttribute(tma_read<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    // One read of sz bytes at p by variant v; launch i reads the flag launch i - 1 wrote.
+    auto run = [&](const V& v, const uint8_t* p, size_t sz, int i) {
+        unsigned* o = out + 4096 * (i & 1);
+        const unsigned* d = out + 4096 * ((i + 1) & 1);
+        const int grid = sms * v.per_sm;
+        switch (v.kind) {
+            case 0: launch_pdl(ld_read<4>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, o, d); break;
+            case 1: launch_pdl(ld_read<8>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, o, d); break;
+            case 2: launch_pdl(tma_read<4>, grid, 288, size_t{v.slot} * 4, st, p, sz, v.slot, o, d); break;
+            case 3: launch_pdl(tma_read<8>, grid, 288, size_t{v.slot} * 8, st, p, sz, v.slot, o, d); break;
+            case 4: launch_pdl(tma_read<6>, grid, 288, size_t{v.slot} * 6, st, p, sz, v.slot, o, d); break;
+        }
+    };
     std::printf("%-14s", "variant \\ MB");
     for (size_t sz : sizes) std::printf(" %16.1f", sz / MB);
     std::printf("\n");
@@ -173,42 +165,11 @@ int main() {
         for (size_t sz : sizes) {
             const int copies = static_cast<int>(std::min<size_t>(pool / sz, 64));
             const int reps = copies * std::max(1, static_cast<int>(100 / copies));
-            auto one = [&](int i) {
-                const uint8_t* p = buf + (i % copies) * sz;
-                unsigned* o = out + 4096 * (i & 1);
-                const unsigned* d = out + 4096 * ((i + 1) & 1);
-                const int grid = sms * v.per_sm;
-                switch (v.kind) {
-                    case 0: launch(ld_read<4>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, o, d); break;
-                    case 1: launch(ld_read<8>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, o, d); break;
-                    case 2: launch(tma_read<4>, grid, 288, size_t{v.slot} * 4, st, p, sz, v.slot, o, d); break;
-                    case 3: launch(tma_read<8>, grid, 288, size_t{v.slot} * 8, st, p, sz, v.slot, o, d); break;
-                    case 4: launch(tma_read<6>, grid, 288, size_t{v.slot} * 6, st, p, sz, v.slot, o, d); break;
-                }
-            };
+            auto one = [&](int i) { run(v, buf + (i % copies) * sz, sz, i); };
             for (int i = 0; i < 8; ++i) one(i);
             CK(cudaStreamSynchronize(st));
-            cudaGraph_t g;
-            cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-            for (int i = 0; i < reps; ++i) one(i);
-            CK(cudaStreamEndCapture(st, &g));
-            CK(cudaGraphInstantiate(&ge, g, 0));
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaStreamSynchronize(st));
-            cudaEvent_t a, b;
-            CK(cudaEventCreate(&a));
-            CK(cudaEventCreate(&b));
-            CK(cudaEventRecord(a, st));
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaEventRecord(b, st));
-            CK(cudaEventSynchronize(b));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, a, b));
-            const double us = 1e3 * ms / reps;
+            const double us = time_graph_us(st, [&] { for (int i = 0; i < reps; ++i) one(i); }, reps);
             std::printf(" %7.2fus %4.0f%%", us, 100.0 * sz / (us * 1e3) / 4600.0);
-            CK(cudaGraphExecDestroy(ge));
-            CK(cudaGraphDestroy(g));
         }
         std::printf("\n");
     }
@@ -225,42 +186,10 @@ int main() {
             offs[i] = o;
             o += (layer[i % 4] + 255) / 256 * 256;
         }
-        auto one = [&](int i) {
-            const size_t sz = layer[i % 4];
-            const uint8_t* p = buf + offs[i % (4 * layers)];
-            unsigned* oo = out + 4096 * (i & 1);
-            const unsigned* d = out + 4096 * ((i + 1) & 1);
-            const int grid = sms * v.per_sm;
-            switch (v.kind) {
-                case 0: launch(ld_read<4>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, oo, d); break;
-                case 1: launch(ld_read<8>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, oo, d); break;
-                case 2: launch(tma_read<4>, grid, 288, size_t{v.slot} * 4, st, p, sz, v.slot, oo, d); break;
-                case 3: launch(tma_read<8>, grid, 288, size_t{v.slot} * 8, st, p, sz, v.slot, oo, d); break;
-                case 4: launch(tma_read<6>, grid, 288, size_t{v.slot} * 6, st, p, sz, v.slot, oo, d); break;
-            }
-        };
+        auto one = [&](int i) { run(v, buf + offs[i % (4 * layers)], layer[i % 4], i); };
         const int reps = 4 * layers * 4;
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int i = 0; i < reps; ++i) one(i);
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaStreamSynchronize(st));
-        cudaEvent_t a, b;
-        CK(cudaEventCreate(&a));
-        CK(cudaEventCreate(&b));
-        CK(cudaEventRecord(a, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        const double us = 1e3 * ms / (reps / 4);
+        const double us = time_graph_us(st, [&] { for (int i = 0; i < reps; ++i) one(i); }, reps / 4);
         std::printf("  %-14s %7.2f us per layer, %4.0f%% of floor\n", v.name, us, 100.0 * lb / 4.6e6 / us);
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
     }
     return 0;
 }
