@@ -1,11 +1,15 @@
-// Helpers of the standalone CUDA micro-benchmarks: checked calls, launches with programmatic
-// dependent launch (as the engine's launch.cuh does), and the time of a captured graph.
+// Helpers of the CUDA micro-benchmarks: checked calls and the time of a captured graph. Kernels
+// are launched with the engine's launch() (launch.cuh: programmatic dependent launch, checked).
 #pragma once
 
 #include <cstdio>
 #include <cstdlib>
 
 #include <cuda_runtime.h>
+
+#include "backend/cuda/launch.cuh"
+
+using df::cuda::launch;
 
 #define CK(x)                                                                                       \
     do {                                                                                            \
@@ -15,21 +19,6 @@
             std::exit(1);                                                                           \
         }                                                                                           \
     } while (0)
-
-template <class K, class... A>
-void launch_pdl(K k, int grid, int block, size_t smem, cudaStream_t s, A... a) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k, a...));
-}
 
 // Captures body()'s launches on st into a graph, replays it once to warm up and once timed;
 // microseconds of the timed replay divided by `per`.

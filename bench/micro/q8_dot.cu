@@ -170,10 +170,10 @@ int main() {
             const float* xf = x;
             const uint4* xq = xl;
             switch (mode) {
-                case 0: launch_pdl(q8_matvec<false, 3>, 3 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
-                case 1: launch_pdl(q8_matvec<true, 3>, 3 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
-                case 2: launch_pdl(q8_matvec<false, 4>, 4 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
-                default: launch_pdl(q8_matvec<true, 4>, 4 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
+                case 0: launch(q8_matvec<false, 3>, 3 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
+                case 1: launch(q8_matvec<true, 3>, 3 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
+                case 2: launch(q8_matvec<false, 4>, 4 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
+                default: launch(q8_matvec<true, 4>, 4 * sms, 256, 0, st, m, xf, xq, out, m.wpr); break;
             }
         };
         const double us = time_graph_us(st, [&] { for (int rep = 0; rep < 4; ++rep) for (const Mat& m : mats) one(m); }, 4 * kLayers);

@@ -150,11 +150,11 @@ int main() {
         const unsigned* d = out + 4096 * ((i + 1) & 1);
         const int grid = sms * v.per_sm;
         switch (v.kind) {
-            case 0: launch_pdl(ld_read<4>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, o, d); break;
-            case 1: launch_pdl(ld_read<8>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, o, d); break;
-            case 2: launch_pdl(tma_read<4>, grid, 288, size_t{v.slot} * 4, st, p, sz, v.slot, o, d); break;
-            case 3: launch_pdl(tma_read<8>, grid, 288, size_t{v.slot} * 8, st, p, sz, v.slot, o, d); break;
-            case 4: launch_pdl(tma_read<6>, grid, 288, size_t{v.slot} * 6, st, p, sz, v.slot, o, d); break;
+            case 0: launch(ld_read<4>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, o, d); break;
+            case 1: launch(ld_read<8>, grid, 256, 0, st, reinterpret_cast<const uint4*>(p), sz / 16, o, d); break;
+            case 2: launch(tma_read<4>, grid, 288, size_t{v.slot} * 4, st, p, sz, v.slot, o, d); break;
+            case 3: launch(tma_read<8>, grid, 288, size_t{v.slot} * 8, st, p, sz, v.slot, o, d); break;
+            case 4: launch(tma_read<6>, grid, 288, size_t{v.slot} * 6, st, p, sz, v.slot, o, d); break;
         }
     };
     std::printf("%-14s", "variant \\ MB");
