@@ -168,6 +168,11 @@ public:
     // pointers, so drop_capture(key) must come before those buffers are released. While
     // recording, ops are recorded, not run, and upload/download/synchronize/alloc must not be
     // called. Backends without graphs (CPU) keep these defaults: nothing is recorded, ops run.
+    // A backend may pick kernels by context length (the host's Step::pos0_hint): it then names the
+    // step's length band, 0 .. kGraphVariants - 1, and callers record a graph per band (key + band),
+    // so a replayed graph always runs with positions in the band it was recorded for.
+    static constexpr int kGraphVariants = 4;
+    virtual int graph_variant(const Step& s) const { return 0; }
     virtual bool begin_capture(uint64_t key) { return false; }
     virtual void end_capture() {}
     virtual bool replay(uint64_t key) { return false; }  // false: nothing recorded under key

@@ -29,7 +29,12 @@ struct Session::Impl {
     int64_t last_row = 0;          // row of st->logits holding them
     Stats stats;
 
-    uint64_t graph_key() const { return reinterpret_cast<uintptr_t>(st.get()); }
+    // The step graphs' keys: the state's address (operator new aligns it) plus the length band.
+    static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= df::Backend::kGraphVariants);
+    uint64_t graph_key(int variant = 0) const { return reinterpret_cast<uintptr_t>(st.get()) + variant; }
+    void drop_graphs() {
+        for (int v = 0; v < df::Backend::kGraphVariants; ++v) be->drop_capture(graph_key(v));
+    }
     // Evaluates `ids` after the cache; `all` receives every position's logits when given.
     void eval(std::span<const int32_t> ids, float* all, bool decode);
 };
@@ -49,7 +54,7 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
     constexpr size_t kAllLogitsRows = 1024;
     const size_t step = all ? std::min<size_t>(st->chunk, kAllLogitsRows) : st->chunk;
     if (all && !st->all_logits) {
-        be->drop_capture(graph_key());  // the recorded step points at the old buffer
+        drop_graphs();  // the recorded steps point at the old buffer
         auto it = std::find(st->owned.begin(), st->owned.end(), static_cast<void*>(st->logits));
         be->release(st->logits);
         st->scratch_bytes -= sizeof(float) * c.n_vocab;
@@ -80,7 +85,11 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
         if (decode && T == 1 && out == df::model::Output::last) {
             // A decode step has the same shape every time and reads its token and position from
             // backend memory: record it once, replay it afterwards (CUDA graphs; a no-op on CPU).
-            const uint64_t key = graph_key();
+            const int variant = be->graph_variant(s);
+            if (variant < 0 || variant >= df::Backend::kGraphVariants)
+                throw Error("backend returned graph variant " + std::to_string(variant) + " (0.." +
+                            std::to_string(df::Backend::kGraphVariants - 1) + " expected)");
+            const uint64_t key = graph_key(variant);
             if (!be->replay(key)) {
                 const bool recording = be->begin_capture(key);
                 m->forward(*st, s, out);
@@ -138,7 +147,7 @@ Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
 
 Session::~Session() {
     if (impl_ && impl_->st) {
-        impl_->be->drop_capture(impl_->graph_key());
+        impl_->drop_graphs();
         impl_->m->free_state(*impl_->st);
     }
 }

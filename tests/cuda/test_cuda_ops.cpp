@@ -152,8 +152,9 @@ struct AttnCase {
 };
 
 // Stores pos0 earlier rows and then T rows on both backends (the caches must agree byte for
-// byte), runs attention for the T tokens at pos0.. on both and compares.
-void check_kv_store_and_attention(const AttnCase& c, std::mt19937_64& g) {
+// byte), runs attention for the T tokens at pos0.. on both and compares. hint: the GPU step carries
+// pos0 in Step::pos0_hint (else 0, as a stale hint would).
+void check_kv_store_and_attention(const AttnCase& c, std::mt19937_64& g, bool hint = false) {
     Backend& cpu = *cpu_backend();
     Backend& gpu = *gpu_backend();
     {
@@ -194,6 +195,7 @@ void check_kv_store_and_attention(const AttnCase& c, std::mt19937_64& g) {
         sc.T = sg.T = c.T;
         sc.pos = pc.p();
         sg.pos = pg.p();
+        sg.pos0_hint = hint ? c.pos0 : 0;
         sc.max_ctx = sg.max_ctx = ctx;
         const AttnShape a{c.heads, c.kv_heads, D, q_stride, q_row, 1.0f / std::sqrt(static_cast<float>(D))};
         cpu.attention(qc.p(), kcc.p(), vcc.p(), c.kt, a, sc, oc.p());
@@ -205,16 +207,44 @@ void check_kv_store_and_attention(const AttnCase& c, std::mt19937_64& g) {
     }
 }
 
+// Decode attention's two forms (kernels.h): split + combine kernels (cluster 0), or for contexts
+// of up to cluster x keys keys clusters of `cluster` blocks merging through distributed shared
+// memory (longer ones: the split kernels, or several clusters when the hint says short).
+struct AttnMode {
+    int cluster, keys;
+};
+class ScopedAttnMode {
+public:
+    explicit ScopedAttnMode(AttnMode m) : cluster_(cuda::attn_cluster()), keys_(cuda::attn_cluster_keys()) {
+        cuda::set_attn_cluster(m.cluster);
+        cuda::set_attn_cluster_keys(m.keys);
+    }
+    ~ScopedAttnMode() {
+        cuda::set_attn_cluster(cluster_);
+        cuda::set_attn_cluster_keys(keys_);
+    }
+
+private:
+    int cluster_, keys_;
+};
+std::string mode_name(AttnMode m) {
+    return m.cluster ? "cluster " + std::to_string(m.cluster) + " keys " + std::to_string(m.keys) : "split + combine";
+}
+
 TEST(CudaOps, KvStoreAndAttention) {
     DF_REQUIRE_CUDA();
     auto g = test_rng();
     using C = AttnCase;
+    for (const AttnMode mode : {AttnMode{0, 64}, AttnMode{8, 64}, AttnMode{16, 16}})
     for (const C c : {C{4, 1, 256, 1, 0, KvType::f32, true}, C{32, 8, 128, 1, 4000, KvType::f16, false},
                       C{24, 4, 256, 3, 999, KvType::f32, true}, C{32, 8, 128, 8, 37, KvType::f32, false},
                       C{6, 6, 128, 9, 0, KvType::f16, false}, C{24, 4, 256, 257, 0, KvType::f32, true},
                       C{16, 2, 64, 255, 300, KvType::f16, false}, C{24, 4, 256, 1, 8191, KvType::f16, true},
-                      C{12, 4, 96, 20, 70, KvType::f16, false}, C{4, 2, 160, 13, 0, KvType::f32, true}})
+                      C{12, 4, 96, 20, 70, KvType::f16, false}, C{4, 2, 160, 13, 0, KvType::f32, true}}) {
+        SCOPED_TRACE(mode_name(mode));
+        ScopedAttnMode scoped(mode);
         check_kv_store_and_attention(c, g);
+    }
 }
 
 // Decode contexts cut into splits of at least 1..64 keys: short and odd lengths around the split
@@ -234,13 +264,37 @@ TEST(CudaOps, DecodeAttentionSplits) {
     cuda::set_attn_split_keys(saved);
 }
 
+// The cluster form over the same lengths: one cluster, several (the last block's combine, when
+// no hint sends long contexts to the split kernels), empty blocks inside a cluster, clusters of
+// 1..16 blocks; with the hint, 3-token calls that straddle a cluster's reach (254 with 16 x 16,
+// 511 with 8 x 64) run both kernels.
+TEST(CudaOps, DecodeAttentionClusters) {
+    DF_REQUIRE_CUDA();
+    auto g = test_rng();
+    for (const AttnMode mode : {AttnMode{1, 16}, AttnMode{2, 1}, AttnMode{4, 3}, AttnMode{8, 64}, AttnMode{16, 16}})
+    for (const bool hint : {false, true}) {
+        SCOPED_TRACE(mode_name(mode) + (hint ? " with hint" : ""));
+        ScopedAttnMode scoped(mode);
+        for (int pos0 : {0, 1, 14, 15, 16, 17, 47, 63, 65, 129, 254, 511, 512, 1000, 2049}) {
+            check_kv_store_and_attention({32, 8, 128, 1, pos0, KvType::f16, false}, g, hint);
+            check_kv_store_and_attention({4, 1, 256, 3, pos0, KvType::f32, true}, g, hint);
+        }
+    }
+}
+
 // Verify passes (T <= 8) give every token exactly its one-token attention result.
 TEST(CudaBatchInvariance, AttentionRowsEqualOneTokenResults) {
     DF_REQUIRE_CUDA();
     Backend& gpu = *gpu_backend();
     auto g = test_rng();
+    // pos0 1020 with clusters of 16 x 64 keys: the first four tokens' contexts fit one cluster,
+    // the others go to the split kernels (both launched, as the hint says), each token as alone.
+    for (const AttnMode mode : {AttnMode{0, 64}, AttnMode{8, 64}, AttnMode{4, 16}, AttnMode{16, 64}})
+    for (const int pos0 : {3000, 1020})
     for (KvType kt : {KvType::f16, KvType::f32}) {
-        const int heads = 24, kv_heads = 4, D = 256, T = 8, pos0 = 3000, ctx = pos0 + T;
+        SCOPED_TRACE(mode_name(mode) + " pos0 " + std::to_string(pos0));
+        ScopedAttnMode scoped(mode);
+        const int heads = 24, kv_heads = 4, D = 256, T = 8, ctx = pos0 + T;
         const int kv_dim = kv_heads * D;
         const size_t elem = kt == KvType::f16 ? 2 : 4;
         Buf<uint8_t> kc(gpu, elem * ctx * kv_dim, MemKind::kv), vc(gpu, elem * ctx * kv_dim, MemKind::kv);
@@ -264,6 +318,7 @@ TEST(CudaBatchInvariance, AttentionRowsEqualOneTokenResults) {
         Step s;
         s.T = T;
         s.pos = pb.p();
+        s.pos0_hint = pos0;
         s.max_ctx = ctx;
         gpu.attention(qb.p(), kc.p(), vc.p(), kt, a, s, ob.p());
         const auto all = ob.get();
@@ -274,6 +329,7 @@ TEST(CudaBatchInvariance, AttentionRowsEqualOneTokenResults) {
             Step s1;
             s1.T = 1;
             s1.pos = p1.p();
+            s1.pos0_hint = pos[t];
             s1.max_ctx = ctx;
             gpu.attention(q1.p(), kc.p(), vc.p(), kt, a, s1, o1.p());
             const auto one = o1.get();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "backend/cuda/backend_cuda.h"
 #include "quant_test_util.h"
@@ -319,6 +320,57 @@ TEST(CudaBatchInvariance, MatvecAndGateUpRowsEqualOneTokenResults) {
         }
         gpu.release(const_cast<void*>(w.data));
         gpu.release(const_cast<void*>(w2.data));
+    }
+}
+
+// Matmuls held back together (same activations) whose f32 matvecs share a layout run as one
+// launch over their stacked rows (MatvecArgs::segs): each output matches the CPU, a token's row
+// of a T <= 8 call equals its one-token result bit for bit, and a member of another shape (203
+// rows: not a multiple of 4) in the same group keeps its own launch.
+TEST(CudaMatvecSegments, HeldBackGroupMatchesCpuAndOneTokenResults) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    for (Type t : {Type::Q8_0, Type::Q6_K, Type::IQ4_NL, Type::F32}) {
+        const int cols = 2560;
+        const std::vector<int> rows = {256, 64, 68, 203};
+        std::vector<std::vector<uint8_t>> m;
+        std::vector<Weight> wc, wg;
+        for (int r : rows) {
+            m.push_back(random_matrix(t, r, cols, g));
+            wc.push_back(cpu.load_weight(t, cols, r, m.back().data(), m.back().size()));
+            wg.push_back(gpu.load_weight(t, cols, r, m.back().data(), m.back().size()));
+        }
+        auto run = [&](Backend& be, const std::vector<Weight>& w, const std::vector<float>& x, int T) {
+            Buf<float> xb(be, x);
+            std::vector<std::unique_ptr<Buf<float>>> o;
+            for (int r : rows) o.push_back(std::make_unique<Buf<float>>(be, static_cast<size_t>(T) * r));
+            for (auto& b : o) b->poison();
+            for (size_t i = 0; i < rows.size(); ++i) be.matmul(w[i], xb.p(), T, o[i]->p(), false);
+            std::vector<std::vector<float>> out;
+            for (auto& b : o) out.push_back(b->get());
+            return out;
+        };
+        for (int T : {1, 3, 8}) {
+            SCOPED_TRACE(type_str(t) + " T " + std::to_string(T));
+            const auto x = randn(g, static_cast<size_t>(T) * cols);
+            const auto ref = run(cpu, wc, x, T), got = run(gpu, wg, x, T);
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const auto ad = abs_dots(dequant_matrix(t, m[i], rows[i], cols), x, rows[i], cols, T);
+                std::vector<float> tol(ad.size());
+                for (size_t k = 0; k < ad.size(); ++k) tol[k] = dot_tol(ad[k], cols, T, true);
+                EXPECT_TRUE(all_close(got[i], ref[i], tol)) << "matrix " << i;
+            }
+            for (int tt = 0; tt < T && T > 1; ++tt) {
+                const std::vector<float> x1(x.begin() + static_cast<size_t>(tt) * cols, x.begin() + static_cast<size_t>(tt + 1) * cols);
+                const auto one = run(gpu, wg, x1, 1);
+                for (size_t i = 0; i < rows.size(); ++i)
+                    EXPECT_EQ(0, std::memcmp(one[i].data(), got[i].data() + static_cast<size_t>(tt) * rows[i], rows[i] * 4))
+                        << "matrix " << i << " token " << tt;
+            }
+        }
+        for (const Weight& w : wg) gpu.release(const_cast<void*>(w.data));
     }
 }
 

@@ -6,7 +6,10 @@
 // [0, pos[t]]; the range is cut into `nsplit` parts on the device from pos, so a captured graph
 // stays valid as the context grows. Each warp runs an online softmax over its keys with the
 // head's output slice in registers (lane owns head_dim/32 consecutive dims); the block's warps
-// are merged in shared memory, and the splits by a second kernel when nsplit > 1.
+// are merged in shared memory, and the splits by a second kernel when nsplit > 1, or (the cluster
+// form, attn_cluster() > 0) by the blocks of a thread block cluster through distributed shared
+// memory, which saves the second kernel's launch and drain in every decode step.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -21,9 +24,12 @@
 namespace df::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kAttnWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per block
 constexpr int kMaxDecodeTokens = 8;  // up to this T: split flash decoding; above: the prefill kernel
+constexpr int kClusterWarps = 8;     // warps per block of the cluster kernel
 
 // How a context of n_kv keys is split: pieces of `per` keys, at least split_keys (a short context
 // does not pay for many nearly empty blocks and a combine) and few enough that `used` <= the
@@ -35,6 +41,16 @@ struct KeySplit {
 DF_DEV KeySplit key_split(int n_kv, int nsplit, int split_keys) {
     const int per = max(split_keys, (n_kv + nsplit - 1) / nsplit);
     return {per, (n_kv + per - 1) / per};
+}
+
+// The cluster kernel's split: a context of up to C * keys keys spread evenly over the C blocks of
+// one cluster (no combine across clusters), a longer one cut as key_split does.
+DF_DEV KeySplit cluster_key_split(int n_kv, int nsplit, int C, int keys) {
+    if (n_kv <= C * keys) {
+        const int per = (n_kv + C - 1) / C;
+        return {per, (n_kv + per - 1) / per};
+    }
+    return key_split(n_kv, nsplit, keys);
 }
 
 // One lane's DPL values of a cache row as loaded (f16 pairs or f32), converted when used, so that
@@ -102,33 +118,23 @@ DF_DEV void unpack_row(const RawRow<DPL, kHalf>& r, float (&v)[DPL]) {
     }
 }
 
-// G >= group query heads per block in registers (a power of two): heads group .. G - 1 repeat
-// the last one and are not written, so the per-key loop over the heads has no branch and their
-// independent reductions interleave (with a break at `group` they ran one after another).
-template <int DPL, bool kHalf, int G>
-__global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a, int group, int nsplit) {
-    pdl_begin();
+// One warp's online softmax over its keys k_begin + warp + W j (j = 0, 1, ...) below k_end, for
+// the `group` query heads at q, q + q_stride, ... held in G >= group registers (a power of two):
+// heads group .. G - 1 repeat the last one and are not written, so the per-key loop over the
+// heads has no branch and their independent reductions interleave (with a break at `group` they
+// ran one after another). Lane owns dims lane * DPL .. lane * DPL + DPL - 1 of acc.
+template <int DPL, bool kHalf, int G, int W>
+DF_DEV void attend_keys(const AttnArgs& a, const float* q, int q_stride, int group, int kvh, int k_begin, int k_end,
+                        int warp, int lane, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
     constexpr int D = 32 * DPL;
-    const int split = blockIdx.x, t = blockIdx.z;
-    const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
-    const int kvh = blockIdx.y / chunks;
-    const int h0 = kvh * ratio + (blockIdx.y % chunks) * group;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-
-    const int n_kv = a.pos[t] + 1;
-    const auto [per, used] = key_split(n_kv, nsplit, a.split_keys);
-    if (split >= used) return;
-    const int k_begin = split * per, k_end = min(n_kv, k_begin + per);
-
     float qv[G][DPL];
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         const int hi = min(i, group - 1);
-        const float* qp = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0 + hi) * a.q_stride + lane * DPL;
+        const float* qp = q + static_cast<int64_t>(hi) * q_stride + lane * DPL;
 #pragma unroll
         for (int e = 0; e < DPL; ++e) qv[i][e] = qp[e];
     }
-    float m[G], l[G], acc[G][DPL];
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         m[i] = -INFINITY;
@@ -138,27 +144,27 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     }
     const int64_t kv_row = static_cast<int64_t>(a.kv_heads) * D;
     const int64_t col = static_cast<int64_t>(kvh) * D + lane * DPL;
-    // The warp's keys are k_begin + warp + kAttnWarps j, in that order; slot j % kAhead holds
-    // key j's rows, refilled with key j + kAhead's as soon as it is consumed.
+    // Slot j % kAhead holds the rows of the warp's key j, refilled with key j + kAhead's as soon
+    // as it is consumed.
     constexpr int kAhead = DPL <= 4 ? 4 : 2;
     RawRow<DPL, kHalf> kraw[kAhead], vraw[kAhead];
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-        const int key = k_begin + warp + kAttnWarps * j;
+        const int key = k_begin + warp + W * j;
         if (key < k_end) {
             load_raw<DPL, kHalf>(a.k_cache, key * kv_row + col, kraw[j]);
             load_raw<DPL, kHalf>(a.v_cache, key * kv_row + col, vraw[j]);
         }
     }
-    for (int base = k_begin + warp; base < k_end; base += kAhead * kAttnWarps) {
+    for (int base = k_begin + warp; base < k_end; base += kAhead * W) {
 #pragma unroll
         for (int j = 0; j < kAhead; ++j) {
-            const int key = base + kAttnWarps * j;
+            const int key = base + W * j;
             if (key >= k_end) break;
             float kr[DPL], vr[DPL];
             unpack_row(kraw[j], kr);
             unpack_row(vraw[j], vr);
-            const int next = key + kAhead * kAttnWarps;
+            const int next = key + kAhead * W;
             if (next < k_end) {
                 load_raw<DPL, kHalf>(a.k_cache, next * kv_row + col, kraw[j]);
                 load_raw<DPL, kHalf>(a.v_cache, next * kv_row + col, vraw[j]);
@@ -178,35 +184,67 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
             }
         }
     }
+}
 
-    // Merge the warps: M = max m_w, L = sum l_w e^(m_w - M), O = sum acc_w e^(m_w - M).
-    __shared__ float sm_m[kAttnWarps][G], sm_l[kAttnWarps][G];
-    __shared__ float sm_acc[kAttnWarps][G][D];
+// Merges the block's W warps: M = max m_w, L = sum l_w e^(m_w - M), O = sum acc_w e^(m_w - M)
+// (warp order), through shared memory sm_m, sm_l [W][G] and sm_acc [W][G][D]; then the block's
+// threads call emit(i, d, M, L, O) once for each head i < group and dim d.
+template <int DPL, int G, int W, class Emit>
+DF_DEV void merge_warps(int group, int warp, int lane, const float (&m)[G], const float (&l)[G],
+                        const float (&acc)[G][DPL], float* sm_m, float* sm_l, float* sm_acc, Emit&& emit) {
+    constexpr int D = 32 * DPL;
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         if (i >= group) break;
         if (lane == 0) {
-            sm_m[warp][i] = m[i];
-            sm_l[warp][i] = l[i];
+            sm_m[warp * G + i] = m[i];
+            sm_l[warp * G + i] = l[i];
         }
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) sm_acc[warp][i][lane * DPL + e] = acc[i][e];
+        for (int e = 0; e < DPL; ++e) sm_acc[(warp * G + i) * D + lane * DPL + e] = acc[i][e];
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
         const int i = idx / D, d = idx % D;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w][i]);
+        for (int w = 0; w < W; ++w) M = fmaxf(M, sm_m[w * G + i]);
         float L = 0.f, O = 0.f;
         if (M != -INFINITY) {
 #pragma unroll
-            for (int w = 0; w < kAttnWarps; ++w) {
-                const float f = sm_m[w][i] == -INFINITY ? 0.f : expf(sm_m[w][i] - M);
-                L += sm_l[w][i] * f;
-                O += sm_acc[w][i][d] * f;
+            for (int w = 0; w < W; ++w) {
+                const float f = sm_m[w * G + i] == -INFINITY ? 0.f : expf(sm_m[w * G + i] - M);
+                L += sm_l[w * G + i] * f;
+                O += sm_acc[(w * G + i) * D + d] * f;
             }
         }
+        emit(i, d, M, L, O);
+    }
+}
+
+// Grid (split, kv head x head chunk, token); the splits' results are written to `partial` and
+// combined by attn_combine_kernel (or written directly when the context takes one split).
+template <int DPL, bool kHalf, int G>
+__global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a, int group, int nsplit) {
+    pdl_begin();
+    constexpr int D = 32 * DPL;
+    const int split = blockIdx.x, t = blockIdx.z;
+    const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
+    const int kvh = blockIdx.y / chunks;
+    const int h0 = kvh * ratio + (blockIdx.y % chunks) * group;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    const int n_kv = a.pos[t] + 1;
+    const auto [per, used] = key_split(n_kv, nsplit, a.split_keys);
+    if (split >= used || n_kv <= a.skip_upto) return;
+    const int k_begin = split * per, k_end = min(n_kv, k_begin + per);
+
+    float m[G], l[G], acc[G][DPL];
+    const float* q = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
+    attend_keys<DPL, kHalf, G, kAttnWarps>(a, q, a.q_stride, group, kvh, k_begin, k_end, warp, lane, m, l, acc);
+    __shared__ float sm_m[kAttnWarps * G], sm_l[kAttnWarps * G];
+    __shared__ float sm_acc[kAttnWarps * G * D];
+    merge_warps<DPL, G, kAttnWarps>(group, warp, lane, m, l, acc, sm_m, sm_l, sm_acc, [&](int i, int d, float M, float L, float O) {
         const int h = h0 + i;
         if (used == 1) {
             a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / L;
@@ -218,7 +256,141 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
             }
             pp[2 + d] = O;
         }
+    });
+}
+
+// The same attention without a second kernel. Grid (C P, kv head x head chunk, token) in clusters
+// of C blocks along x: block s takes split s of cluster_key_split(n_kv, C P, C, cluster_keys) (a
+// split may be empty: its block still takes part in the cluster's barriers), and cluster p's C
+// blocks merge their results through distributed shared memory, each block producing 1/C of the
+// outputs. A
+// context that needs more than one cluster has each cluster write its merged result to
+// `partial`; the last block to finish (a counter per token and head group) combines them in
+// cluster order. Every order is fixed by the shape and pos: the bits do not depend on T.
+inline constexpr int kClusterMax = 16;
+
+template <int DPL, int G, int W>
+constexpr size_t attn_cluster_smem_bytes() {
+    return sizeof(float) * (2 * W * G + W * G * 32 * DPL + 2 * G + G * 32 * DPL + 3 * kClusterMax * G + 2 * G);
+}
+
+template <int DPL, bool kHalf, int G, int W>
+__global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, int group, int nsplit) {
+    pdl_begin();
+    constexpr int D = 32 * DPL;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int C = static_cast<int>(cluster.num_blocks());
+    const int split = blockIdx.x, t = blockIdx.z, rank = static_cast<int>(cluster.block_rank()), p = split / C;
+    const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
+    const int kvh = blockIdx.y / chunks;
+    const int h0 = kvh * ratio + (blockIdx.y % chunks) * group;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    const int n_kv = a.pos[t] + 1;
+    const auto [per, used] = cluster_key_split(n_kv, nsplit, C, a.cluster_keys);
+    const int clusters = (used + C - 1) / C;
+    // The whole cluster returns (none of its blocks reaches a barrier): beyond the context's
+    // clusters, or a token of the split kernels.
+    if (p >= clusters || (a.skip_above > 0 && n_kv > a.skip_above)) return;
+    const int k_begin = min(split * per, n_kv), k_end = min(n_kv, k_begin + per);
+
+    float m[G], l[G], acc[G][DPL];
+    const float* q = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
+    attend_keys<DPL, kHalf, G, W>(a, q, a.q_stride, group, kvh, k_begin, k_end, warp, lane, m, l, acc);
+
+    extern __shared__ float smem[];
+    float* sm_m = smem;                     // [W][G]
+    float* sm_l = sm_m + W * G;             // [W][G]
+    float* sm_acc = sm_l + W * G;           // [W][G][D]
+    float* blk_m = sm_acc + W * G * D;      // the block's merged result: [G]
+    float* blk_l = blk_m + G;               // [G]
+    float* blk_o = blk_l + G;               // [G][D]
+    float* cl_m = blk_o + G * D;            // the cluster's blocks' results: [C][G]
+    float* cl_l = cl_m + kClusterMax * G;   // [C][G]
+    float* cl_f = cl_l + kClusterMax * G;   // their weights e^(m_c - M): [C][G]
+    float* hd_m = cl_f + kClusterMax * G;   // per head: M, L over the cluster
+    float* hd_l = hd_m + G;
+    merge_warps<DPL, G, W>(group, warp, lane, m, l, acc, sm_m, sm_l, sm_acc, [&](int i, int d, float M, float L, float O) {
+        if (d == 0) {
+            blk_m[i] = M;
+            blk_l[i] = L;
+        }
+        blk_o[i * D + d] = O;
+    });
+    cluster.sync();  // every block's result is in its shared memory
+    for (int j = threadIdx.x; j < C * group; j += blockDim.x) {
+        const int c = j / group, i = j % group;
+        cl_m[c * G + i] = *cluster.map_shared_rank(blk_m + i, c);
+        cl_l[c * G + i] = *cluster.map_shared_rank(blk_l + i, c);
     }
+    __syncthreads();
+    // The loops over the cluster's blocks are unrolled to kClusterMax with c < C predicates, so
+    // their loads are in flight together (a remote load is a few hundred cycles).
+    if (threadIdx.x < group) {
+        const int i = threadIdx.x;
+        float mc[kClusterMax], M = -INFINITY, L = 0.f;
+#pragma unroll
+        for (int c = 0; c < kClusterMax; ++c) mc[c] = c < C ? cl_m[c * G + i] : -INFINITY;
+#pragma unroll
+        for (int c = 0; c < kClusterMax; ++c) M = fmaxf(M, mc[c]);
+#pragma unroll
+        for (int c = 0; c < kClusterMax; ++c) {
+            if (c >= C) break;
+            const float f = mc[c] == -INFINITY ? 0.f : expf(mc[c] - M);
+            cl_f[c * G + i] = f;
+            L += cl_l[c * G + i] * f;
+        }
+        hd_m[i] = M;
+        hd_l[i] = L;
+    }
+    __syncthreads();
+    for (int idx = rank * blockDim.x + threadIdx.x; idx < group * D; idx += C * blockDim.x) {
+        const int i = idx / D, d = idx % D, h = h0 + i;
+        float oc[kClusterMax];
+#pragma unroll
+        for (int c = 0; c < kClusterMax; ++c) oc[c] = c < C ? *cluster.map_shared_rank(blk_o + i * D + d, c) : 0.f;
+        float O = 0.f;
+#pragma unroll
+        for (int c = 0; c < kClusterMax; ++c)
+            if (c < C) O += cl_f[c * G + i] * oc[c];
+        if (clusters == 1) {
+            a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / hd_l[i];
+        } else {
+            float* pp = a.partial + ((static_cast<int64_t>(t) * a.heads + h) * nsplit + p) * (D + 2);
+            if (d == 0) {
+                pp[0] = hd_m[i];
+                pp[1] = hd_l[i];
+            }
+            pp[2 + d] = O;
+        }
+    }
+    cluster.sync();  // no block leaves while another may still read its shared memory
+    if (clusters == 1) return;
+
+    // Several clusters: the last block to arrive adds their results.
+    __shared__ bool last;
+    fence_acq_rel_gpu();  // release: this thread's partial results before the count
+    __syncthreads();
+    uint32_t* counter = a.counters + static_cast<size_t>(t) * gridDim.y + blockIdx.y;
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<uint32_t>(clusters * C - 1);
+    __syncthreads();
+    if (!last) return;
+    fence_acq_rel_gpu();  // acquire: the other blocks' partial results after their counts
+    for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
+        const int i = idx / D, d = idx % D, h = h0 + i;
+        const float* pp = a.partial + (static_cast<int64_t>(t) * a.heads + h) * nsplit * (D + 2);
+        float M = -INFINITY;
+        for (int c = 0; c < clusters; ++c) M = fmaxf(M, __ldcg(pp + c * (D + 2)));
+        float L = 0.f, O = 0.f;
+        for (int c = 0; c < clusters; ++c) {
+            const float mc = __ldcg(pp + c * (D + 2));
+            const float f = mc == -INFINITY ? 0.f : expf(mc - M);
+            L += __ldcg(pp + c * (D + 2) + 1) * f;
+            O += __ldcg(pp + c * (D + 2) + 2 + d) * f;
+        }
+        a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / L;
+    }
+    if (threadIdx.x == 0) *counter = 0u;  // ready for the next call on this stream
 }
 
 // out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
@@ -228,11 +400,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
 // trip, took ~10 us per 4B layer.)
 constexpr int kCombineThreads = 256, kMaxSplits = 64;
 __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* partial, int heads, int D, int nsplit,
-                                                                       int split_keys, const int32_t* pos, float* out) {
+                                                                       int split_keys, int skip_upto, const int32_t* pos,
+                                                                       float* out) {
     pdl_begin();
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
     const int used = key_split(pos[t] + 1, nsplit, split_keys).used;
-    if (used == 1) return;  // the attention kernel wrote the result
+    if (used == 1 || pos[t] + 1 <= skip_upto) return;  // the attention kernel wrote the result, or the cluster kernel
     const float* pp = partial + (static_cast<int64_t>(t) * heads + h) * nsplit * (D + 2);
     __shared__ float sm_m[kMaxSplits], sm_l[kMaxSplits], sm_f[kMaxSplits], sm_o[kCombineThreads];
     if (tid < used) {
@@ -262,24 +435,84 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
     }
 }
 
+// The split kernel: enough blocks for four per SM (a warp has only kAhead keys' rows in flight:
+// long contexts need many warps), bounded by the scratch for partial results, then the combine
+// kernel. The split depends on the head layout only (not on T): a token's result is then the
+// same in a one-token step and in a verify pass of up to 8 tokens.
 template <int DPL, int G>
-void attn_dispatch_g(const AttnArgs& a, dim3 grid, int group, int nsplit, cudaStream_t s) {
+void attn_split_launch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
+    const size_t per_split = static_cast<size_t>(kMaxDecodeTokens) * a.heads * (a.head_dim + 2);
+    int nsplit = std::clamp((4 * a.sm_count + base_blocks - 1) / base_blocks, 1, kMaxSplits);
+    while (nsplit > 1 && per_split * nsplit > a.partial_floats) --nsplit;
+    const dim3 grid(nsplit, base_blocks, a.T);
     if (a.half_cache)
         launch(attn_kernel<DPL, true, G>, grid, kAttnWarps * 32, 0, s, a, group, nsplit);
     else
         launch(attn_kernel<DPL, false, G>, grid, kAttnWarps * 32, 0, s, a, group, nsplit);
+    if (nsplit > 1)
+        launch(attn_combine_kernel, dim3(a.heads, a.T), kCombineThreads, 0, s, a.partial, a.heads, a.head_dim, nsplit,
+               a.split_keys, a.skip_upto, a.pos, a.out);
 }
 
+// The cluster kernel: as many clusters per head group as fit one wave of resident blocks (a
+// second wave would double a long context's time), at least one.
+template <int DPL, bool kHalf, int G>
+void attn_cluster_launch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
+    constexpr int W = kClusterWarps;
+    auto* kernel = attn_cluster_kernel<DPL, kHalf, G, W>;
+    constexpr size_t smem = attn_cluster_smem_bytes<DPL, G, W>();
+    static int per_sm = 0;  // ops are issued from one thread
+    if (per_sm == 0) {
+        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, W * 32, smem));
+        per_sm = std::max(per_sm, 1);
+    }
+    const int C = a.cluster;
+    DF_CUDA_REQUIRE(C <= kClusterMax && (C & (C - 1)) == 0 && a.cluster_keys >= 1, "attention: cluster size must be 1, 2, 4, 8 or 16");
+    DF_CUDA_REQUIRE(a.counters && static_cast<size_t>(a.T) * base_blocks <= a.counter_count,
+                    "attention: no counters for the cluster combine");
+    const size_t per_split = static_cast<size_t>(kMaxDecodeTokens) * a.heads * (a.head_dim + 2);
+    int nsplit = std::clamp(per_sm * a.sm_count / base_blocks / C * C, C, kMaxSplits / C * C);
+    while (nsplit > C && per_split * nsplit > a.partial_floats) nsplit -= C;
+    DF_CUDA_REQUIRE(per_split * nsplit <= a.partial_floats, "attention: scratch too small for one cluster's partials");
+    launch_cluster(kernel, dim3(nsplit, base_blocks, a.T), W * 32, smem, s, C, a, group, nsplit);
+}
+
+// The cluster kernel for the tokens whose context fits one cluster, the split kernels for the
+// others, as far as the host's pos0_hint tells which are there (a kernel launched alone takes
+// every token, so a stale hint costs speed, never correctness).
 template <int DPL>
-void attn_dispatch(const AttnArgs& a, dim3 grid, int group, int nsplit, cudaStream_t s) {
+void attn_dispatch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
+    auto go = [&]<int G>() {
+        if (a.cluster == 0) {
+            attn_split_launch<DPL, G>(a, base_blocks, group, s);
+            return;
+        }
+        const int fits = a.cluster * a.cluster_keys;
+        const bool short_ones = a.pos0_hint + 1 <= fits, long_ones = a.pos0_hint + a.T > fits;
+        if (short_ones) {
+            AttnArgs c = a;
+            c.skip_above = long_ones ? fits : 0;
+            if (a.half_cache)
+                attn_cluster_launch<DPL, true, G>(c, base_blocks, group, s);
+            else
+                attn_cluster_launch<DPL, false, G>(c, base_blocks, group, s);
+        }
+        if (long_ones) {
+            AttnArgs b = a;
+            b.skip_upto = short_ones ? fits : 0;
+            attn_split_launch<DPL, G>(b, base_blocks, group, s);
+        }
+    };
     if (group == 1)
-        attn_dispatch_g<DPL, 1>(a, grid, group, nsplit, s);
+        go.template operator()<1>();
     else if (group == 2)
-        attn_dispatch_g<DPL, 2>(a, grid, group, nsplit, s);
+        go.template operator()<2>();
     else if (group <= 4)
-        attn_dispatch_g<DPL, 4>(a, grid, group, nsplit, s);
+        go.template operator()<4>();
     else
-        attn_dispatch_g<DPL, kMaxGroup>(a, grid, group, nsplit, s);
+        go.template operator()<kMaxGroup>();
 }
 
 }  // namespace
@@ -315,28 +548,16 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
         }
         return;
     }
-    // Enough blocks for four per SM (a warp has only kAhead keys' rows in flight: long contexts
-    // need many warps), bounded by the scratch for partial results. The
-    // split depends on the head layout only (not on T): a token's result is then the same in a
-    // one-token step and in a verify pass of up to 8 tokens.
     const int base_blocks = a.kv_heads * (ratio / group);
-    int nsplit = std::clamp((4 * a.sm_count + base_blocks - 1) / base_blocks, 1, kMaxSplits);
-    const size_t per_split = static_cast<size_t>(kMaxDecodeTokens) * a.heads * (a.head_dim + 2);
-    while (nsplit > 1 && per_split * nsplit > a.partial_floats) --nsplit;
-    const dim3 grid(nsplit, a.kv_heads * (ratio / group), a.T);
     switch (a.head_dim / 32) {
-        case 1: attn_dispatch<1>(a, grid, group, nsplit, s); break;
-        case 2: attn_dispatch<2>(a, grid, group, nsplit, s); break;
-        case 3: attn_dispatch<3>(a, grid, group, nsplit, s); break;
-        case 4: attn_dispatch<4>(a, grid, group, nsplit, s); break;
-        case 5: attn_dispatch<5>(a, grid, group, nsplit, s); break;
-        case 6: attn_dispatch<6>(a, grid, group, nsplit, s); break;
-        case 7: attn_dispatch<7>(a, grid, group, nsplit, s); break;
-        case 8: attn_dispatch<8>(a, grid, group, nsplit, s); break;
-    }
-    if (nsplit > 1) {
-        launch(attn_combine_kernel, dim3(a.heads, a.T), kCombineThreads, 0, s, a.partial, a.heads, a.head_dim, nsplit,
-               a.split_keys, a.pos, a.out);
+        case 1: attn_dispatch<1>(a, base_blocks, group, s); break;
+        case 2: attn_dispatch<2>(a, base_blocks, group, s); break;
+        case 3: attn_dispatch<3>(a, base_blocks, group, s); break;
+        case 4: attn_dispatch<4>(a, base_blocks, group, s); break;
+        case 5: attn_dispatch<5>(a, base_blocks, group, s); break;
+        case 6: attn_dispatch<6>(a, base_blocks, group, s); break;
+        case 7: attn_dispatch<7>(a, base_blocks, group, s); break;
+        case 8: attn_dispatch<8>(a, base_blocks, group, s); break;
     }
 }
 

@@ -22,6 +22,7 @@ constexpr size_t kStagingBytes = size_t{64} << 20;
 // Split attention partials: (head_dim + 2) floats per (token, head, split); 32 MB covers decode
 // and verify with 64 splits at 128 heads, and a few splits for prefill chunks.
 constexpr size_t kAttnPartialBytes = size_t{32} << 20;
+constexpr size_t kAttnCounters = 8 * 1024;  // cluster attention: tokens (<= 8) x head groups
 // Split-K partial sums of the exact-f16 GEMM (64 MB; splits that would need more are not taken).
 constexpr int64_t kQGemmPartialFloats = int64_t{16} << 20;
 constexpr int kArgmaxKeys = 1 << 16;
@@ -83,12 +84,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     }
     attn_partial_ = static_cast<float*>(alloc(kAttnPartialBytes, MemKind::scratch));
     attn_partial_floats_ = kAttnPartialBytes / sizeof(float);
+    attn_counters_ = static_cast<uint32_t*>(alloc(sizeof(uint32_t) * kAttnCounters, MemKind::scratch));
     argmax_keys_ = static_cast<unsigned long long*>(alloc(sizeof(unsigned long long) * kArgmaxKeys, MemKind::scratch));
     if (const char* g = std::getenv("DF_CUDA_GEMM")) split_gemm_ = std::string(g) != "bf16";
     if (const char* m = std::getenv("DF_CUDA_MATVEC")) imma_ = std::string(m) != "f32";
     if (const char* m = std::getenv("DF_CUDA_IMMA_SKIP")) imma_skip_ = m;  // block type names, for A/B runs
     if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
     if (const char* f = std::getenv("DF_CUDA_FOLD_NORM")) fold_norm_ = std::string(f) == "1";
+    if (const char* m = std::getenv("DF_CUDA_MERGE_MATVEC")) merge_matvecs_ = std::string(m) != "0";
     int major = 0, minor = 0;
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
@@ -524,20 +527,79 @@ void CudaBackend::flush_matmuls() {
         launch_gemm_act(pending_x_, pending_T_, cols, qg_x_, qg_inv_, qg_wg_, stream_);
         remember_qg_conversion(pending_x_, pending_T_, cols);
     }
-    if (pending_.size() > 1) {
-        // Fork: the side streams start after everything already on the main stream.
-        DF_CUDA_CHECK(cudaEventRecord(fork_, stream_));
-        for (size_t i = 1; i < pending_.size(); ++i) {
-            DF_CUDA_CHECK(cudaStreamWaitEvent(side_[i - 1], fork_, 0));
-            const PendingMatmul& p = pending_[i];
-            run_matmul(p.w, pending_x_, pending_T_, p.out, p.accumulate, side_[i - 1], false, f);
-            DF_CUDA_CHECK(cudaEventRecord(join_[i - 1], side_[i - 1]));
+    // Launches: the f32 matvecs of the first matmul's layout join its launch (MatvecArgs::segs),
+    // the others run one each on side streams. (Only the first: the 27B's alpha and beta, side
+    // kernels of a few blocks each, were 1.4 % slower as one launch; the 4B's q, k, v 1 % faster.)
+    const size_t n = pending_.size();
+    int unit_of[kStreams], units = 1, first_size = 1;
+    unit_of[0] = 0;
+    for (size_t i = 1; i < n; ++i) {
+        if (first_size < kMatvecSegs && matvec_joins(pending_[0], pending_[i], pending_T_)) {
+            unit_of[i] = 0;
+            ++first_size;
+        } else {
+            unit_of[i] = units++;
         }
     }
-    const PendingMatmul& p0 = pending_[0];
-    run_matmul(p0.w, pending_x_, pending_T_, p0.out, p0.accumulate, stream_, pending_.size() == 1, f, true);
-    for (size_t i = 1; i < pending_.size(); ++i) DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_[i - 1], 0));
+    auto run_unit = [&](int u, cudaStream_t s, bool first) {
+        const PendingMatmul* group[kStreams];
+        int k = 0;
+        for (size_t i = 0; i < n; ++i)
+            if (unit_of[i] == u) group[k++] = &pending_[i];
+        if (k == 1)
+            run_matmul(group[0]->w, pending_x_, pending_T_, group[0]->out, group[0]->accumulate, s, first && units == 1, f, first);
+        else
+            run_matvec_segs(group, k, s, f, first);
+    };
+    if (units > 1) {
+        // Fork: the side streams start after everything already on the main stream.
+        DF_CUDA_CHECK(cudaEventRecord(fork_, stream_));
+        for (int u = 1; u < units; ++u) {
+            DF_CUDA_CHECK(cudaStreamWaitEvent(side_[u - 1], fork_, 0));
+            run_unit(u, side_[u - 1], false);
+            DF_CUDA_CHECK(cudaEventRecord(join_[u - 1], side_[u - 1]));
+        }
+    }
+    run_unit(0, stream_, true);
+    for (int u = 1; u < units; ++u) DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_[u - 1], 0));
     pending_.clear();
+}
+
+// Whether pending matmul b may share a's f32 matvec launch: same layout and accumulation, rows
+// in groups of 4 (MatvecArgs::segs). A function of the shapes only, as T <= 8 cannot change it.
+bool CudaBackend::matvec_joins(const PendingMatmul& a, const PendingMatmul& b, int T) const {
+    auto f32_matvec = [&](const Weight& w) { return T <= 8 && !use_imma(w, T) && !use_qgemm(w, T); };
+    return merge_matvecs_ && f32_matvec(a.w) && f32_matvec(b.w) && a.w.type == b.w.type && a.w.cols == b.w.cols &&
+           a.w.row_stride == b.w.row_stride && a.accumulate == b.accumulate && a.w.rows % 4 == 0 && b.w.rows % 4 == 0;
+}
+
+void CudaBackend::run_matvec_segs(const PendingMatmul* const* group, int k, cudaStream_t s, const PendingNorm* fold,
+                                  bool write_norm) {
+    DF_CUDA_REQUIRE(k >= 2 && k <= kMatvecSegs, "matvec segments: 2 or 3 matrices");
+    const Weight& w0 = group[0]->w;
+    const QuantOps& ops = ops_for(w0);
+    MatvecArgs a;
+    a.w = matrix(w0);
+    a.x = pending_x_;
+    a.T = pending_T_;
+    a.accumulate = group[0]->accumulate;
+    a.segs = k;
+    int rows = 0;
+    for (int i = 0; i < k; ++i) {
+        a.seg_data[i] = static_cast<const uint8_t*>(group[i]->w.data);
+        a.seg_out[i] = group[i]->out;
+        a.seg_row[i] = rows;
+        rows += static_cast<int>(group[i]->w.rows);
+    }
+    a.seg_row[k] = rows;
+    a.w.rows = rows;
+    a.out = group[0]->out;
+    Weight total = w0;
+    total.rows = rows;
+    a.warps_per_row = warps_per_row(total, ops.unit, (rows + 3) / 4);
+    a.tables = tables_;
+    if (fold) fold_into(a, *fold, write_norm);
+    ops.matvec(a, s);
 }
 
 void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
@@ -669,6 +731,12 @@ void CudaBackend::kv_store(const float* k, const float* v, void* k_cache, void* 
     launch_kv_store(k, v, k_cache, v_cache, kt == KvType::f16, kv_dim, s.T, s.pos, stream_);
 }
 
+// Band 1: a step whose every token's context fits one cluster of the cluster attention kernel.
+int CudaBackend::graph_variant(const Step& s) const {
+    const int c = attn_cluster();
+    return c > 0 && s.pos0_hint + s.T <= c * attn_cluster_keys() ? 1 : 0;
+}
+
 void CudaBackend::attention(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
                             const Step& s, float* out) {
     op_start();
@@ -690,6 +758,11 @@ void CudaBackend::attention(const float* q, const void* k_cache, const void* v_c
     args.partial_floats = attn_partial_floats_;
     args.sm_count = sm_count_;
     args.split_keys = attn_split_keys();
+    args.cluster = attn_cluster();
+    args.cluster_keys = attn_cluster_keys();
+    args.counters = attn_counters_;
+    args.counter_count = kAttnCounters;
+    args.pos0_hint = s.pos0_hint;
     launch_attention(args, stream_);
 }
 

@@ -58,6 +58,7 @@ public:
     void add(float* y, const float* x, int64_t n) override;
     void argmax(const float* x, int T, int n, int32_t* out) override;
 
+    int graph_variant(const Step& s) const override;
     bool begin_capture(uint64_t key) override;
     void end_capture() override;
     bool replay(uint64_t key) override;
@@ -123,6 +124,11 @@ private:
     void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
                     bool may_split = false, const PendingNorm* fold = nullptr, bool write_norm = false);
     void flush_matmuls();
+    // Pending f32 matvecs of one layout run as one launch of up to kMatvecSegs matrices
+    // (DF_CUDA_MERGE_MATVEC=0: one launch each, on parallel streams).
+    bool merge_matvecs_ = true;
+    bool matvec_joins(const PendingMatmul& a, const PendingMatmul& b, int T) const;
+    void run_matvec_segs(const PendingMatmul* const* group, int k, cudaStream_t s, const PendingNorm* fold, bool write_norm);
     // The q and k head_norm_rope calls of an attention layer and the kv_store after them are
     // held back and launched as one kernel (launch_attn_prep); any other op launches them first.
     void flush_prep();
@@ -152,6 +158,7 @@ private:
     ImmaTables* imma_tables_ = nullptr; // replicated lookup tables of the imma matvec
     float* attn_partial_ = nullptr;     // split-attention partial results
     size_t attn_partial_floats_ = 0;
+    uint32_t* attn_counters_ = nullptr;  // cluster attention's combine counters (left zeroed)
     unsigned long long* argmax_keys_ = nullptr;  // one per row of an argmax call
     void* staging_ = nullptr;           // pinned host buffer for weight uploads
     size_t staging_bytes_ = 0;

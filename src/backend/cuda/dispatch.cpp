@@ -8,6 +8,7 @@
 namespace df::cuda {
 
 namespace {
+constexpr int kDefaultCluster = 16;  // against 0 (split + combine) and 8: bench/RESULTS.md, session 10
 std::atomic<bool>& pdl_flag() {
     static std::atomic<bool> on{[] {
         const char* e = std::getenv("DF_CUDA_PDL");
@@ -23,7 +24,29 @@ std::atomic<int>& split_keys_value() {
     }()};
     return v;
 }
+bool cluster_size_ok(int n) { return n >= 0 && n <= 16 && (n & (n - 1)) == 0; }
+std::atomic<int>& cluster_value() {
+    static std::atomic<int> v{[] {
+        const char* e = std::getenv("DF_CUDA_ATTN_CLUSTER");  // for A/B runs
+        const int n = e ? std::atoi(e) : kDefaultCluster;
+        return cluster_size_ok(n) ? n : kDefaultCluster;
+    }()};
+    return v;
+}
+std::atomic<int>& cluster_keys_value() {
+    static std::atomic<int> v{[] {
+        const char* e = std::getenv("DF_CUDA_ATTN_CLUSTER_KEYS");
+        const int n = e ? std::atoi(e) : 0;
+        return n >= 1 ? n : 64;
+    }()};
+    return v;
+}
 }  // namespace
+
+int attn_cluster() { return cluster_value().load(std::memory_order_relaxed); }
+void set_attn_cluster(int blocks) { cluster_value().store(cluster_size_ok(blocks) ? blocks : 0, std::memory_order_relaxed); }
+int attn_cluster_keys() { return cluster_keys_value().load(std::memory_order_relaxed); }
+void set_attn_cluster_keys(int keys) { cluster_keys_value().store(keys >= 1 ? keys : 1, std::memory_order_relaxed); }
 
 int attn_split_keys() { return split_keys_value().load(std::memory_order_relaxed); }
 void set_attn_split_keys(int keys) { split_keys_value().store(keys >= 1 ? keys : 1, std::memory_order_relaxed); }

@@ -24,6 +24,15 @@ void set_pdl_enabled(bool on);
 // DF_CUDA_ATTN_SPLIT_KEYS overrides); the setter is for tests, between ops like set_pdl_enabled.
 int attn_split_keys();
 void set_attn_split_keys(int keys);
+// Decode attention in thread block clusters of this many blocks (1, 2, 4, 8 or 16) that merge
+// their splits through distributed shared memory, no combine kernel, for contexts of up to
+// attn_cluster() * attn_cluster_keys() keys; 0: always the split kernel and its combine kernel.
+// DF_CUDA_ATTN_CLUSTER and DF_CUDA_ATTN_CLUSTER_KEYS override the defaults (16, 64). Setters for
+// tests, between ops (a value that is not a power of two up to 16 sets 0).
+int attn_cluster();
+void set_attn_cluster(int blocks);
+int attn_cluster_keys();
+void set_attn_cluster_keys(int keys);
 
 // ---- quantized weights (one translation unit per block type) ------------------------------
 
@@ -39,8 +48,18 @@ struct QuantMatrix {
 // out[t, r] (+)= sum_c W[r, c] x[t, c] for T <= 8 tokens. x [T, cols] 16-byte aligned, cols a
 // multiple of the type's unit. With `up` set (same type and shape as w): out[t, r] =
 // silu(W x)[t, r] * (Up x)[t, r] (the fused gate/up of SwiGLU; accumulate must be false).
+inline constexpr int kMatvecSegs = 3;
 struct MatvecArgs {
     QuantMatrix w;
+    // Several matrices of one layout (type, cols, row stride, heads) over the same activations
+    // in one launch (decode's q, k, v): launch rows [seg_row[k], seg_row[k + 1]) are matrix k's,
+    // read from seg_data[k] and written to seg_out[k] (rows seg_row[k + 1] - seg_row[k]); w.rows
+    // is the total, every seg_row[k] a multiple of 4 (a row group never straddles two matrices).
+    // segs = 0: the one matrix w.data into out. Not with `up`.
+    int segs = 0;
+    const uint8_t* seg_data[kMatvecSegs] = {};
+    float* seg_out[kMatvecSegs] = {};
+    int seg_row[kMatvecSegs + 1] = {};
     const uint8_t* up = nullptr;
     const float* x = nullptr;
     int T = 0;
@@ -214,6 +233,17 @@ struct AttnArgs {
     size_t partial_floats = 0;     // its capacity
     int sm_count = 132;
     int split_keys = 16;           // decode: keys per split at least (attn_split_keys())
+    int cluster = 0;               // decode: cluster size of the cluster kernel, 0 = split + combine kernels
+    int cluster_keys = 64;         // decode, cluster kernel: a cluster takes up to cluster * cluster_keys keys
+    uint32_t* counters = nullptr;  // cluster kernel: zeroed, one per token and head group (left zeroed)
+    size_t counter_count = 0;
+    // With cluster > 0 the cluster kernel is for tokens whose context fits one cluster (n_kv <=
+    // cluster * cluster_keys; long contexts stream faster through the split kernels): launch_attention
+    // launches the kernels the host's copy of pos[0] calls for, and a token's path depends on its
+    // own position only. (Set by launch_attention: a kernel skips the tokens of the other.)
+    int pos0_hint = 0;
+    int skip_above = 0;            // cluster kernel: tokens with n_kv above this go to the split kernels
+    int skip_upto = 0;             // split kernels: tokens with n_kv up to this went to the cluster kernel
 };
 // Causal GQA attention (Backend::attention): flash decoding with the key range of each query
 // split across blocks (the split is decided on the device from pos, so graphs replay).

@@ -35,12 +35,18 @@ inline void trace_bind_unit() {
 }
 #endif
 
-// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute when pdl_enabled(); checked.
+// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute when pdl_enabled() and, with
+// cluster_x > 0, in thread block clusters of cluster_x blocks along x; checked.
 template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
-    cudaLaunchAttribute attr[1];
+void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, int cluster_x,
+                    Args&&... args) {
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = static_cast<unsigned>(cluster_x);
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
 #ifdef DF_CUDA_TRACE
     trace_bind_unit();
     trace_launch(reinterpret_cast<const void*>(kernel), grid, block);
@@ -51,8 +57,13 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = cluster_x > 0 ? 2 : 1;
     DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+    launch_cluster(kernel, grid, block, smem, s, 0, std::forward<Args>(args)...);
 }
 #ifdef DF_CUDA_TRACE
 }  // namespace

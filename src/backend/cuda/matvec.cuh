@@ -80,17 +80,33 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     const int row_groups = (rows + kOut - 1) / kOut;
     const int stride = gridDim.x * groups_per_block;
 
-    auto row_base = [&](int rg, int r) {
-        const int row = kPair ? rg * kOut + r / 2 : rg * R + r;
-        const uint8_t* m = (kPair && (r & 1)) ? a.up : a.w.data;
-        return m + static_cast<size_t>(min(row, rows - 1)) * a.w.row_stride;
+    // The matrix of row group rg (MatvecArgs::segs): its data, output, first launch row and rows.
+    struct Seg {
+        const uint8_t* data;
+        float* out;
+        int row0, rows;
+    };
+    auto seg_of = [&](int rg) -> Seg {
+        if (kPair || a.segs == 0) return {a.w.data, a.out, 0, rows};
+        const int r = rg * R;
+        const int k = (a.segs > 1 && r >= a.seg_row[1]) + (a.segs > 2 && r >= a.seg_row[2]);
+        const int r0 = k == 0 ? 0 : k == 1 ? a.seg_row[1] : a.seg_row[2];
+        const int r1 = k == 0 ? a.seg_row[1] : k == 1 ? a.seg_row[2] : a.seg_row[3];
+        return {k == 0 ? a.seg_data[0] : k == 1 ? a.seg_data[1] : a.seg_data[2],
+                k == 0 ? a.seg_out[0] : k == 1 ? a.seg_out[1] : a.seg_out[2], r0, r1 - r0};
+    };
+    auto row_base = [&](const Seg& sg, int rg, int r) {
+        const int row = kPair ? rg * kOut + r / 2 : rg * R + r - sg.row0;
+        const uint8_t* m = (kPair && (r & 1)) ? a.up : sg.data;
+        return m + static_cast<size_t>(min(row, sg.rows - 1)) * a.w.row_stride;
     };
     // Lane li visits units li, li + L, li + 2L, ... in this order whatever T or U: a token's sum
     // is bit-identical in a one-token call and in a call of up to 8 tokens.
     auto load_chunk = [&](Raw (&dst)[U][R], int rg, int ch) {
+        const Seg sg = seg_of(rg);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const uint8_t* b = row_base(rg, r);
+            const uint8_t* b = row_base(sg, rg, r);
 #pragma unroll
             for (int i = 0; i < U; ++i) {
                 const int u = ch * chunk_units + i * L + li;
@@ -211,6 +227,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         }
         if (writer) {
             // One lane per output value.
+            const Seg sg = seg_of(rg);
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -220,9 +237,9 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                         const int o = rg * kOut + r / 2;
                         if ((r & 1) == 0 && o < rows) a.out[static_cast<size_t>(t) * rows + o] = silu_f(acc[r][t]) * acc[r + 1][t];
                     } else {
-                        const int row = rg * R + r;
-                        if (row < rows) {
-                            float* o = a.out + static_cast<size_t>(t) * rows + row;
+                        const int row = rg * R + r - sg.row0;
+                        if (row < sg.rows) {
+                            float* o = sg.out + static_cast<size_t>(t) * sg.rows + row;
                             *o = a.accumulate ? *o + acc[r][t] : acc[r][t];
                         }
                     }
@@ -378,6 +395,10 @@ void matvec_launch(const MatvecArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.w.cols % Quant<TY>::kUnit == 0, "matvec: cols must be a multiple of the decode unit");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x) % 16 == 0, "matvec: x must be 16-byte aligned");
     DF_CUDA_REQUIRE(!a.up || !a.accumulate, "matvec: fused gate/up does not accumulate");
+    DF_CUDA_REQUIRE(a.segs == 0 || (!a.up && a.segs <= kMatvecSegs && a.seg_row[0] == 0 && a.seg_row[a.segs] == a.w.rows),
+                    "matvec: bad matrix segments");
+    for (int k = 1; k < a.segs; ++k)
+        DF_CUDA_REQUIRE(a.seg_row[k] % 4 == 0 && a.seg_row[k] > a.seg_row[k - 1], "matvec: segments must start at multiples of 4 rows");
     DF_CUDA_REQUIRE(!a.norm_x || (a.T == 1 && matvec_can_fold_norm(a.w.cols, Quant<TY>::kUnit)),
                     "matvec: a folded norm needs T = 1 and a row of at most 64 units of 256");
     if (a.T == 1)
