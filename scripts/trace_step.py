@@ -5,7 +5,7 @@ Every kernel's block 0 stamped when it started (S) and when it was past pdl_wait
 its predecessor had completed). In launch order, for each kernel of the last captured graph's
 last replay: S and W relative to the step's first W, how long before W the block was resident
 (W - S: the PDL overlap), and the time to the next kernel's W (what the kernel added to the
-chain). Then those times summed per kernel name.
+chain), and the kernel's phase stamps (trace_phase) after W. Then those times summed per kernel name.
 
 usage: trace_step.py TRACE [--all]
 """
@@ -74,6 +74,18 @@ def main():
                 taken.add(k)
                 rows[j][1] = t
                 break
+    # Phase stamps (kind 2 + k, trace_phase): to the kernel of the same shape released last before them.
+    phases = defaultdict(list)
+    for t, kind, sig in events:
+        if kind < 2 or t < first:
+            continue
+        best = None
+        for j in range(K):
+            r = rows[j]
+            if r and r[1] is not None and graph[j][0] == sig and r[1] <= t and (best is None or rows[best][1] < r[1]):
+                best = j
+        if best is not None:
+            phases[best].append((t, kind - 2))
     w0 = min(r[1] for r in rows if r and r[1] is not None)
     order = sorted((r[1], j) for j, r in enumerate(rows) if r and r[1] is not None)
     nxt = {}
@@ -93,7 +105,8 @@ def main():
         per[n][1] += d
         per[n][2] += w - s
         if show:
-            print(f"{j:>4} {n:<28} {str(sig[:3]):>14} {s:9.2f} {w:9.2f} {w - s:7.2f} {d:7.2f}")
+            ph = "".join(f"  p{k} +{(t - r[1]) / 1e3:.2f}" for t, k in sorted(phases.get(j, [])))
+            print(f"{j:>4} {n:<28} {str(sig[:3]):>14} {s:9.2f} {w:9.2f} {w - s:7.2f} {d:7.2f}{ph}")
     span = (order[-1][0] - order[0][0]) / 1e3
     print(f"step: {K} kernels, first to last release {span:.1f} us")
     print(f"{'kernel':<28} {'n':>5} {'sum ->next us':>14} {'share':>6} {'mean W-S us':>12}")

@@ -37,7 +37,9 @@ struct Weight {
     size_t row_stride = 0;  // bytes between rows as held by the backend
 };
 
-// The tokens of one forward call. tokens[T] and pos[T] live in backend memory.
+// The tokens of one forward call. tokens[T] and pos[T] live in backend memory, written by the
+// caller's uploads only (no op writes them: CUDA kernels read pos before waiting for the kernel
+// before them).
 struct Step {
     int T = 0;                      // tokens in this call (1 for decode)
     const int32_t* tokens = nullptr;

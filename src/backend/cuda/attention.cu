@@ -187,11 +187,12 @@ DF_DEV void attend_keys(const AttnArgs& a, const float* q, int q_stride, int gro
 }
 
 // Merges the block's W warps: M = max m_w, L = sum l_w e^(m_w - M), O = sum acc_w e^(m_w - M)
-// (warp order), through shared memory sm_m, sm_l [W][G] and sm_acc [W][G][D]; then the block's
-// threads call emit(i, d, M, L, O) once for each head i < group and dim d.
+// (warp order), through shared memory sm_m, sm_l, sm_f [W][G] and sm_acc [W][G][D]; the weights
+// e^(m_w - M) are formed once per warp and head (not per output), then the block's threads call
+// emit(i, d, M, L, O) once for each head i < group and dim d.
 template <int DPL, int G, int W, class Emit>
 DF_DEV void merge_warps(int group, int warp, int lane, const float (&m)[G], const float (&l)[G],
-                        const float (&acc)[G][DPL], float* sm_m, float* sm_l, float* sm_acc, Emit&& emit) {
+                        const float (&acc)[G][DPL], float* sm_m, float* sm_l, float* sm_f, float* sm_acc, Emit&& emit) {
     constexpr int D = 32 * DPL;
 #pragma unroll
     for (int i = 0; i < G; ++i) {
@@ -204,21 +205,31 @@ DF_DEV void merge_warps(int group, int warp, int lane, const float (&m)[G], cons
         for (int e = 0; e < DPL; ++e) sm_acc[(warp * G + i) * D + lane * DPL + e] = acc[i][e];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
-        const int i = idx / D, d = idx % D;
+    __shared__ float sm_hm[G], sm_hl[G];  // per head: M, L
+    if (threadIdx.x < W * group) {
+        const int w = threadIdx.x / group, i = threadIdx.x % group;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < W; ++w) M = fmaxf(M, sm_m[w * G + i]);
-        float L = 0.f, O = 0.f;
-        if (M != -INFINITY) {
+        for (int v = 0; v < W; ++v) M = fmaxf(M, sm_m[v * G + i]);
+        const float mw = sm_m[w * G + i];
+        sm_f[w * G + i] = mw == -INFINITY ? 0.f : expf(mw - M);
+        if (w == 0) sm_hm[i] = M;
+    }
+    __syncthreads();
+    if (threadIdx.x < group) {
+        const int i = threadIdx.x;
+        float L = 0.f;
 #pragma unroll
-            for (int w = 0; w < W; ++w) {
-                const float f = sm_m[w * G + i] == -INFINITY ? 0.f : expf(sm_m[w * G + i] - M);
-                L += sm_l[w * G + i] * f;
-                O += sm_acc[(w * G + i) * D + d] * f;
-            }
-        }
-        emit(i, d, M, L, O);
+        for (int w = 0; w < W; ++w) L += sm_l[w * G + i] * sm_f[w * G + i];
+        sm_hl[i] = L;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
+        const int i = idx / D, d = idx % D;
+        float O = 0.f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) O += sm_acc[(w * G + i) * D + d] * sm_f[w * G + i];
+        emit(i, d, sm_hm[i], sm_hl[i], O);
     }
 }
 
@@ -226,7 +237,7 @@ DF_DEV void merge_warps(int group, int warp, int lane, const float (&m)[G], cons
 // combined by attn_combine_kernel (or written directly when the context takes one split).
 template <int DPL, bool kHalf, int G>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a, int group, int nsplit) {
-    pdl_begin();
+    pdl_trigger();  // the split before pdl_wait: positions are written by host copies only
     constexpr int D = 32 * DPL;
     const int split = blockIdx.x, t = blockIdx.z;
     const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
@@ -238,13 +249,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     const auto [per, used] = key_split(n_kv, nsplit, a.split_keys);
     if (split >= used || n_kv <= a.skip_upto) return;
     const int k_begin = split * per, k_end = min(n_kv, k_begin + per);
+    pdl_wait();
 
     float m[G], l[G], acc[G][DPL];
     const float* q = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
     attend_keys<DPL, kHalf, G, kAttnWarps>(a, q, a.q_stride, group, kvh, k_begin, k_end, warp, lane, m, l, acc);
-    __shared__ float sm_m[kAttnWarps * G], sm_l[kAttnWarps * G];
+    trace_phase(1);  // its keys done
+    __shared__ float sm_m[kAttnWarps * G], sm_l[kAttnWarps * G], sm_f[kAttnWarps * G];
     __shared__ float sm_acc[kAttnWarps * G * D];
-    merge_warps<DPL, G, kAttnWarps>(group, warp, lane, m, l, acc, sm_m, sm_l, sm_acc, [&](int i, int d, float M, float L, float O) {
+    merge_warps<DPL, G, kAttnWarps>(group, warp, lane, m, l, acc, sm_m, sm_l, sm_f, sm_acc, [&](int i, int d, float M, float L, float O) {
         const int h = h0 + i;
         if (used == 1) {
             a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / L;
@@ -257,6 +270,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
             pp[2 + d] = O;
         }
     });
+    trace_phase(2);  // merged and written
 }
 
 // The same attention without a second kernel. Grid (C P, kv head x head chunk, token) in clusters
@@ -271,12 +285,12 @@ inline constexpr int kClusterMax = 16;
 
 template <int DPL, int G, int W>
 constexpr size_t attn_cluster_smem_bytes() {
-    return sizeof(float) * (2 * W * G + W * G * 32 * DPL + 2 * G + G * 32 * DPL + 3 * kClusterMax * G + 2 * G);
+    return sizeof(float) * (3 * W * G + W * G * 32 * DPL + 2 * G + G * 32 * DPL + kClusterMax * G + 2 * G);
 }
 
 template <int DPL, bool kHalf, int G, int W>
 __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, int group, int nsplit) {
-    pdl_begin();
+    pdl_trigger();  // the split before pdl_wait: positions are written by host copies only
     constexpr int D = 32 * DPL;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = static_cast<int>(cluster.num_blocks());
@@ -293,60 +307,60 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
     // clusters, or a token of the split kernels.
     if (p >= clusters || (a.skip_above > 0 && n_kv > a.skip_above)) return;
     const int k_begin = min(split * per, n_kv), k_end = min(n_kv, k_begin + per);
+    pdl_wait();
 
     float m[G], l[G], acc[G][DPL];
     const float* q = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
     attend_keys<DPL, kHalf, G, W>(a, q, a.q_stride, group, kvh, k_begin, k_end, warp, lane, m, l, acc);
+    trace_phase(1);  // its keys done
 
     extern __shared__ float smem[];
     float* sm_m = smem;                     // [W][G]
     float* sm_l = sm_m + W * G;             // [W][G]
-    float* sm_acc = sm_l + W * G;           // [W][G][D]
+    float* sm_f = sm_l + W * G;             // [W][G]
+    float* sm_acc = sm_f + W * G;           // [W][G][D]
     float* blk_m = sm_acc + W * G * D;      // the block's merged result: [G]
     float* blk_l = blk_m + G;               // [G]
     float* blk_o = blk_l + G;               // [G][D]
-    float* cl_m = blk_o + G * D;            // the cluster's blocks' results: [C][G]
-    float* cl_l = cl_m + kClusterMax * G;   // [C][G]
-    float* cl_f = cl_l + kClusterMax * G;   // their weights e^(m_c - M): [C][G]
+    float* cl_f = blk_o + G * D;            // the cluster's blocks' weights e^(m_c - M): [C][G]
     float* hd_m = cl_f + kClusterMax * G;   // per head: M, L over the cluster
     float* hd_l = hd_m + G;
-    merge_warps<DPL, G, W>(group, warp, lane, m, l, acc, sm_m, sm_l, sm_acc, [&](int i, int d, float M, float L, float O) {
+    merge_warps<DPL, G, W>(group, warp, lane, m, l, acc, sm_m, sm_l, sm_f, sm_acc, [&](int i, int d, float M, float L, float O) {
         if (d == 0) {
             blk_m[i] = M;
             blk_l[i] = L;
         }
         blk_o[i * D + d] = O;
     });
+    trace_phase(2);  // the block's warps merged
     cluster.sync();  // every block's result is in its shared memory
-    for (int j = threadIdx.x; j < C * group; j += blockDim.x) {
-        const int c = j / group, i = j % group;
-        cl_m[c * G + i] = *cluster.map_shared_rank(blk_m + i, c);
-        cl_l[c * G + i] = *cluster.map_shared_rank(blk_l + i, c);
-    }
-    __syncthreads();
-    // The loops over the cluster's blocks are unrolled to kClusterMax with c < C predicates, so
-    // their loads are in flight together (a remote load is a few hundred cycles).
-    if (threadIdx.x < group) {
-        const int i = threadIdx.x;
-        float mc[kClusterMax], M = -INFINITY, L = 0.f;
-#pragma unroll
-        for (int c = 0; c < kClusterMax; ++c) mc[c] = c < C ? cl_m[c * G + i] : -INFINITY;
-#pragma unroll
-        for (int c = 0; c < kClusterMax; ++c) M = fmaxf(M, mc[c]);
-#pragma unroll
-        for (int c = 0; c < kClusterMax; ++c) {
-            if (c >= C) break;
-            const float f = mc[c] == -INFINITY ? 0.f : expf(mc[c] - M);
+    trace_phase(3);
+    // The cluster's weights: lane c of head i's C consecutive lanes reads block c's (m, l); the
+    // maximum and the weighted sum go across those lanes by shuffles (a fixed tree: C is a power
+    // of two), all heads at once. The participating warps are whole (lanes past group * C idle).
+    if (threadIdx.x < (group * C + 31) / 32 * 32) {
+        const int i = threadIdx.x / C, c = threadIdx.x % C;
+        const bool live = i < group;
+        const float mc = live ? *cluster.map_shared_rank(blk_m + i, c) : -INFINITY;
+        const float lc = live ? *cluster.map_shared_rank(blk_l + i, c) : 0.f;
+        float M = mc;
+        for (int o = 1; o < C; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        const float f = mc == -INFINITY ? 0.f : expf(mc - M);
+        float L = lc * f;
+        for (int o = 1; o < C; o <<= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (live) {
             cl_f[c * G + i] = f;
-            L += cl_l[c * G + i] * f;
+            if (c == 0) {
+                hd_m[i] = M;
+                hd_l[i] = L;
+            }
         }
-        hd_m[i] = M;
-        hd_l[i] = L;
     }
     __syncthreads();
+    trace_phase(4);  // the cluster's weights
     for (int idx = rank * blockDim.x + threadIdx.x; idx < group * D; idx += C * blockDim.x) {
         const int i = idx / D, d = idx % D, h = h0 + i;
-        float oc[kClusterMax];
+        float oc[kClusterMax];  // unrolled with c < C predicates: the remote loads in flight together
 #pragma unroll
         for (int c = 0; c < kClusterMax; ++c) oc[c] = c < C ? *cluster.map_shared_rank(blk_o + i * D + d, c) : 0.f;
         float O = 0.f;
@@ -364,7 +378,9 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
             pp[2 + d] = O;
         }
     }
+    trace_phase(5);  // its outputs written
     cluster.sync();  // no block leaves while another may still read its shared memory
+    trace_phase(6);
     if (clusters == 1) return;
 
     // Several clusters: the last block to arrive adds their results.
@@ -402,10 +418,11 @@ constexpr int kCombineThreads = 256, kMaxSplits = 64;
 __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* partial, int heads, int D, int nsplit,
                                                                        int split_keys, int skip_upto, const int32_t* pos,
                                                                        float* out) {
-    pdl_begin();
+    pdl_trigger();  // the split before pdl_wait: positions are written by host copies only
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
     const int used = key_split(pos[t] + 1, nsplit, split_keys).used;
     if (used == 1 || pos[t] + 1 <= skip_upto) return;  // the attention kernel wrote the result, or the cluster kernel
+    pdl_wait();
     const float* pp = partial + (static_cast<int64_t>(t) * heads + h) * nsplit * (D + 2);
     __shared__ float sm_m[kMaxSplits], sm_l[kMaxSplits], sm_f[kMaxSplits], sm_o[kCombineThreads];
     if (tid < used) {

@@ -82,6 +82,14 @@ DF_DEV void pdl_wait() {
 #endif
 }
 // Both, for kernels whose every access depends on the previous kernel.
+// A stamp of phase k (0..13) inside a kernel, block 0 only (trace builds; kind 2 + k):
+// scripts/trace_step.py prints them after the kernel's release. A no-op in normal builds.
+DF_DEV void trace_phase(unsigned k) {
+#ifdef DF_CUDA_TRACE
+    trace_event(2 + k);
+#endif
+}
+
 DF_DEV void pdl_begin() {
     pdl_trigger();
     pdl_wait();

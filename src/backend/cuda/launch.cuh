@@ -7,7 +7,9 @@
 // kernels, which is where a decode step of ~500 launches spent much of its time.
 //
 // The contract every kernel keeps (device_util.cuh): pdl_trigger() first, and pdl_wait() in every
-// thread before its first access to memory that another kernel writes or reads. Because each
+// thread before its first access to memory that another kernel writes or reads (reads of what
+// only the host's stream-ordered copies write, such as weights, tables and Step::pos, may come
+// before: every kernel starts after the copies before it completed). Because each
 // kernel waits for its predecessor's completion, and that predecessor waited for its own, the
 // ordering is transitive: a kernel sees everything written before it in the stream.
 #pragma once

@@ -12,7 +12,8 @@ namespace df::cuda {
 
 inline constexpr unsigned long long kTraceCap = 1ull << 20;  // events kept (16 bytes each)
 
-// An event is (%globaltimer, word); the word packs the kind (0 started, 1 past pdl_wait) and the
+// An event is (%globaltimer, word); the word packs the kind (0 started, 1 past pdl_wait, 2 + k
+// phase k of the kernel: trace_phase) and the
 // launch's shape: kind | block.x << kTraceBlock | grid.x << kTraceGridX | grid.y << kTraceGridY |
 // grid.z << kTraceGridZ. Written by trace_event (device_util.cuh), read by trace_dump.
 inline constexpr int kTraceBlock = 4, kTraceGridX = 16, kTraceGridY = 40, kTraceGridZ = 56;
