@@ -8,7 +8,9 @@
 namespace df::cuda {
 
 namespace {
-constexpr int kDefaultCluster = 16;  // against 0 (split + combine) and 8: bench/RESULTS.md, session 10
+// Measured against 0 (split + combine), 8 clusters, and 64 keys (contexts of 1,500-2,000 keys then
+// took the split kernels, 2-3 % slower): bench/RESULTS.md, session 10.
+constexpr int kDefaultCluster = 16, kDefaultClusterKeys = 128;
 std::atomic<bool>& pdl_flag() {
     static std::atomic<bool> on{[] {
         const char* e = std::getenv("DF_CUDA_PDL");
@@ -37,7 +39,7 @@ std::atomic<int>& cluster_keys_value() {
     static std::atomic<int> v{[] {
         const char* e = std::getenv("DF_CUDA_ATTN_CLUSTER_KEYS");
         const int n = e ? std::atoi(e) : 0;
-        return n >= 1 ? n : 64;
+        return n >= 1 ? n : kDefaultClusterKeys;
     }()};
     return v;
 }

@@ -27,7 +27,7 @@ void set_attn_split_keys(int keys);
 // Decode attention in thread block clusters of this many blocks (1, 2, 4, 8 or 16) that merge
 // their splits through distributed shared memory, no combine kernel, for contexts of up to
 // attn_cluster() * attn_cluster_keys() keys; 0: always the split kernel and its combine kernel.
-// DF_CUDA_ATTN_CLUSTER and DF_CUDA_ATTN_CLUSTER_KEYS override the defaults (16, 64). Setters for
+// DF_CUDA_ATTN_CLUSTER and DF_CUDA_ATTN_CLUSTER_KEYS override the defaults (16, 128). Setters for
 // tests, between ops (a value that is not a power of two up to 16 sets 0).
 int attn_cluster();
 void set_attn_cluster(int blocks);
@@ -234,7 +234,7 @@ struct AttnArgs {
     int sm_count = 132;
     int split_keys = 16;           // decode: keys per split at least (attn_split_keys())
     int cluster = 0;               // decode: cluster size of the cluster kernel, 0 = split + combine kernels
-    int cluster_keys = 64;         // decode, cluster kernel: a cluster takes up to cluster * cluster_keys keys
+    int cluster_keys = 128;        // decode, cluster kernel: a cluster takes up to cluster * cluster_keys keys
     uint32_t* counters = nullptr;  // cluster kernel: zeroed, one per token and head group (left zeroed)
     size_t counter_count = 0;
     // With cluster > 0 the cluster kernel is for tokens whose context fits one cluster (n_kv <=
