@@ -277,8 +277,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
 // of C blocks along x: block s takes split s of cluster_key_split(n_kv, C P, C, cluster_keys) (a
 // split may be empty: its block still takes part in the cluster's barriers), and cluster p's C
 // blocks merge their results through distributed shared memory, each block producing 1/C of the
-// outputs. A
-// context that needs more than one cluster has each cluster write its merged result to
+// outputs. A context that needs more than one cluster has each cluster write its merged result to
 // `partial`; the last block to finish (a counter per token and head group) combines them in
 // cluster order. Every order is fixed by the shape and pos: the bits do not depend on T.
 inline constexpr int kClusterMax = 16;

@@ -18,29 +18,24 @@ std::atomic<bool>& pdl_flag() {
     }()};
     return on;
 }
+// An integer setting from the environment (for A/B runs): its value where set and valid, else the default.
+int env_int(const char* name, int fallback, bool (*valid)(int)) {
+    const char* e = std::getenv(name);
+    const int n = e ? std::atoi(e) : fallback;
+    return valid(n) ? n : fallback;
+}
+bool positive(int n) { return n >= 1; }
+bool cluster_size_ok(int n) { return n >= 0 && n <= 16 && (n & (n - 1)) == 0; }
 std::atomic<int>& split_keys_value() {
-    static std::atomic<int> v{[] {
-        const char* e = std::getenv("DF_CUDA_ATTN_SPLIT_KEYS");  // for A/B runs
-        const int n = e ? std::atoi(e) : 0;
-        return n >= 1 ? n : 16;
-    }()};
+    static std::atomic<int> v{env_int("DF_CUDA_ATTN_SPLIT_KEYS", 16, positive)};
     return v;
 }
-bool cluster_size_ok(int n) { return n >= 0 && n <= 16 && (n & (n - 1)) == 0; }
 std::atomic<int>& cluster_value() {
-    static std::atomic<int> v{[] {
-        const char* e = std::getenv("DF_CUDA_ATTN_CLUSTER");  // for A/B runs
-        const int n = e ? std::atoi(e) : kDefaultCluster;
-        return cluster_size_ok(n) ? n : kDefaultCluster;
-    }()};
+    static std::atomic<int> v{env_int("DF_CUDA_ATTN_CLUSTER", kDefaultCluster, cluster_size_ok)};
     return v;
 }
 std::atomic<int>& cluster_keys_value() {
-    static std::atomic<int> v{[] {
-        const char* e = std::getenv("DF_CUDA_ATTN_CLUSTER_KEYS");
-        const int n = e ? std::atoi(e) : 0;
-        return n >= 1 ? n : kDefaultClusterKeys;
-    }()};
+    static std::atomic<int> v{env_int("DF_CUDA_ATTN_CLUSTER_KEYS", kDefaultClusterKeys, positive)};
     return v;
 }
 }  // namespace
