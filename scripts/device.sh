@@ -4,7 +4,7 @@
 #   scripts/device.sh pack            here: build test_cuda + diskformer (sm_90) and pack them,
 #                                     with the extra golden models, into .carry/ (ignored)
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
-#        phases: info tests golden eval bench-kernels profile bench-models step-profile prefill-profile
+#        phases: info tests sanitize golden eval bench-kernels profile bench-models step-profile prefill-profile
 #                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
@@ -67,6 +67,11 @@ run() {
     case ",$phases," in *,tests,*)
         echo "== CUDA kernel tests"
         $T --gtest_brief=1 --gtest_filter='-CudaModel.*' 2>&1 | tee "$out/tests.log" | tail -n 40
+        ;; esac
+    case ",$phases," in *,sanitize,*)
+        echo "== compute-sanitizer (memcheck) on the op tests"
+        "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" --error-exitcode 1 --print-limit 10 $T --gtest_brief=1 \
+            --gtest_filter='CudaOps.*:CudaBatchInvariance.*:CudaMatvecSegments.*' 2>&1 | tee "$out/sanitize.log" | tail -n 15
         ;; esac
     case ",$phases," in *,golden,*)
         echo "== golden models on CUDA (kv f32)"

@@ -64,13 +64,16 @@ __global__ void __launch_bounds__(kThreads) gdn_conv_kernel(float* x, int T, int
     const int c = blockIdx.x * kConvChans + (threadIdx.x % kConvChans), seg = threadIdx.x / kConvChans;
     const int len = (T + kConvSegs - 1) / kConvSegs, t0 = seg * len, t1 = min(T, t0 + len);
     const bool live = c < C;
+    // A segment past T (T < kConvSegs, or rounding) is empty and reads nothing: its window would
+    // lie past the last row of x.
+    const bool busy = live && t0 < t1;
     float win[kTaps], wc[kTaps];
 #pragma unroll
     for (int i = 0; i < kTaps; ++i) wc[i] = live ? w[static_cast<int64_t>(c) * kTaps + i] : 0.f;
 #pragma unroll
     for (int i = 0; i < kTaps - 1; ++i) {  // input t0 - (kTaps - 1) + i
         const int t = t0 - (kTaps - 1) + i;
-        win[i] = !live ? 0.f : t >= 0 ? x[static_cast<int64_t>(t) * C + c] : state[static_cast<int64_t>(t + kTaps - 1) * C + c];
+        win[i] = !busy ? 0.f : t >= 0 ? x[static_cast<int64_t>(t) * C + c] : state[static_cast<int64_t>(t + kTaps - 1) * C + c];
     }
     __syncthreads();  // every segment's preceding inputs are read before any output is written
     if (!live) return;
