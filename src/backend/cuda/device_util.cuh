@@ -41,23 +41,41 @@ DF_DEV uint2 ldg_u64(const uint8_t* p) { return __ldg(reinterpret_cast<const uin
 DF_DEV uint4 ldg_u128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
 #ifdef DF_CUDA_TRACE
-// The decode timeline (trace.h): this translation unit's pointer to the event buffer (set by
-// launch()), and block 0's stamp of an event: kind 0 started, 1 past pdl_wait.
+// The decode timeline (trace.h): this translation unit's pointer to the event buffer and its
+// every-block switch (set by launch()), and the stamp of an event: kind 0 started, 1 past
+// pdl_wait, 2 + k phase k. Block 0 stamps every kind; with DF_CUDA_TRACE_BLOCKS=1 every block
+// (block 0 too) also stamps kinds 0 and 1 as a pair of records: the event with kTraceEveryBlock
+// set, then (blockIdx.x | blockIdx.y << 24 | blockIdx.z << 44, %smid).
 namespace {
 __device__ unsigned long long* df_trace_buf;
+__device__ int df_trace_blocks;
 }
 DF_DEV void trace_event(unsigned kind) {
     unsigned long long* b = df_trace_buf;
-    if (!b || threadIdx.x != 0 || (blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+    if (!b || threadIdx.x != 0) return;
+    const bool first = (blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+    const bool every = df_trace_blocks && kind < 2;
+    if (!first && !every) return;
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    const unsigned long long i = atomicAdd(b, 1ull);
-    if (i >= kTraceCap) return;
     const unsigned long long w = kind | (static_cast<unsigned long long>(blockDim.x) << kTraceBlock) |
                                  (static_cast<unsigned long long>(gridDim.x) << kTraceGridX) |
                                  (static_cast<unsigned long long>(gridDim.y) << kTraceGridY) |
                                  (static_cast<unsigned long long>(gridDim.z) << kTraceGridZ);
-    reinterpret_cast<ulonglong2*>(b)[1 + i] = make_ulonglong2(t, w);
+    if (first) {
+        const unsigned long long i = atomicAdd(b, 1ull);
+        if (i < kTraceCap) reinterpret_cast<ulonglong2*>(b)[1 + i] = make_ulonglong2(t, w);
+    }
+    if (every) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        const unsigned long long i = atomicAdd(b, 2ull);
+        if (i + 1 >= kTraceCap) return;
+        const unsigned long long where = blockIdx.x | (static_cast<unsigned long long>(blockIdx.y) << 24) |
+                                         (static_cast<unsigned long long>(blockIdx.z) << 44);
+        reinterpret_cast<ulonglong2*>(b)[1 + i] = make_ulonglong2(t, w | kTraceEveryBlock);
+        reinterpret_cast<ulonglong2*>(b)[2 + i] = make_ulonglong2(where, smid);
+    }
 }
 #endif
 

@@ -33,7 +33,11 @@ inline void trace_bind_unit() {
     static bool bound = false;
     if (bound) return;
     bound = true;
-    if (void* p = trace_buffer()) DF_CUDA_CHECK(cudaMemcpyToSymbol(df_trace_buf, &p, sizeof p));
+    if (void* p = trace_buffer()) {
+        DF_CUDA_CHECK(cudaMemcpyToSymbol(df_trace_buf, &p, sizeof p));
+        const int every = trace_every_block() ? 1 : 0;
+        DF_CUDA_CHECK(cudaMemcpyToSymbol(df_trace_blocks, &every, sizeof every));
+    }
 }
 #endif
 

@@ -38,6 +38,11 @@ void* trace_buffer() {
 #endif
 }
 
+bool trace_every_block() {
+    const char* e = std::getenv("DF_CUDA_TRACE_BLOCKS");
+    return e && std::string(e) == "1";
+}
+
 void trace_launch(const void* kernel, dim3 grid, dim3 block) {
     Trace& t = trace();
     if (!t.path) return;
@@ -71,7 +76,17 @@ void trace_dump() {
     for (unsigned long long i = 0; i < n; ++i) {
         const unsigned long long w = ev[2 * i + 1];
         auto field = [&](int lo, int hi) { return (w >> lo) & ((1ull << (hi - lo)) - 1); };
-        std::fprintf(f, "E %llu %llu %llu %llu %llu %llu\n", ev[2 * i], field(0, kTraceBlock), field(kTraceBlock, kTraceGridX),
+        const unsigned long long block = field(kTraceBlock, 15);  // bit 15: kTraceEveryBlock
+        if (w & kTraceEveryBlock) {  // B t kind block gx gy gz bx by bz smid (the next record holds the last four)
+            if (i + 1 >= n) break;
+            const unsigned long long where = ev[2 * (i + 1)];
+            std::fprintf(f, "B %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", ev[2 * i], field(0, kTraceBlock), block,
+                         field(kTraceGridX, kTraceGridY), field(kTraceGridY, kTraceGridZ), w >> kTraceGridZ,
+                         where & 0xFFFFFFull, (where >> 24) & 0xFFFFFull, where >> 44, ev[2 * (i + 1) + 1]);
+            ++i;
+            continue;
+        }
+        std::fprintf(f, "E %llu %llu %llu %llu %llu %llu\n", ev[2 * i], field(0, kTraceBlock), block,
                      field(kTraceGridX, kTraceGridY), field(kTraceGridY, kTraceGridZ), w >> kTraceGridZ);
     }
     std::fclose(f);
