@@ -11,6 +11,9 @@ namespace {
 // Measured against 0 (split + combine), 8 clusters, and 64 keys (contexts of 1,500-2,000 keys then
 // took the split kernels, 2-3 % slower): bench/RESULTS.md, session 10.
 constexpr int kDefaultCluster = 16, kDefaultClusterKeys = 128;
+// The one-token Q8_0 matvec's cp.async ring: 2 and 3 chunks measured equal (4B 466 vs 425-428 tok/s
+// without), 4 (two blocks per SM) 410; four blocks per SM at 64 registers lost (423 / 452).
+constexpr int kDefaultRing = 2;
 std::atomic<bool>& pdl_flag() {
     static std::atomic<bool> on{[] {
         const char* e = std::getenv("DF_CUDA_PDL");
@@ -38,7 +41,15 @@ std::atomic<int>& cluster_keys_value() {
     static std::atomic<int> v{env_int("DF_CUDA_ATTN_CLUSTER_KEYS", kDefaultClusterKeys, positive)};
     return v;
 }
+bool ring_ok(int n) { return n == 0 || (n >= 2 && n <= 4); }
+std::atomic<int>& ring_value() {
+    static std::atomic<int> v{env_int("DF_CUDA_MATVEC_RING", kDefaultRing, ring_ok)};
+    return v;
+}
 }  // namespace
+
+int matvec_ring() { return ring_value().load(std::memory_order_relaxed); }
+void set_matvec_ring(int depth) { ring_value().store(ring_ok(depth) ? depth : 0, std::memory_order_relaxed); }
 
 int attn_cluster() { return cluster_value().load(std::memory_order_relaxed); }
 void set_attn_cluster(int blocks) { cluster_value().store(cluster_size_ok(blocks) ? blocks : 0, std::memory_order_relaxed); }

@@ -51,7 +51,16 @@ DF_DEV void group_barrier(int id, int threads) { asm volatile("bar.sync %0, %1;"
 // up rows of one output) with a grid stride; each row is consumed in chunks of U units per lane,
 // and the loads of the next chunk (of this row group or the next) are issued before the current
 // chunk is decoded, so every warp keeps weight bytes in flight while it computes.
-template <Type TY, int NT, bool kPair>
+// Per-warp rings of cp.async copies (kRing > 0: the one-token Q8_0 matvec, DF_CUDA_MATVEC_RING):
+// each lane copies its own units of the next kRing chunks into shared memory, so bytes in flight
+// need no registers; a lane reads back only what it copied, so no barrier. Slot layout per warp:
+// [kRing][R rows][32 lanes] x (16 body bytes), then the same of 4 head bytes.
+template <int R>
+constexpr size_t matvec_ring_bytes(int ring) {
+    return static_cast<size_t>(kMatvecThreads / 32) * ring * R * 32 * 20;
+}
+
+template <Type TY, int NT, bool kPair, int kRing = 0>
 __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) matvec_kernel(const MatvecArgs a) {
     pdl_trigger();  // pdl_wait() comes after the weight-only prologue
     using Q = Quant<TY>;
@@ -307,7 +316,68 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         }
     };
     Raw cur[U][R];
-    if constexpr (matvec_prefetch<TY, NT>()) {
+    if constexpr (kRing > 0) {
+        static_assert(TY == Type::Q8_0 && NT == 1 && U == 1, "the ring path is the one-token Q8_0 matvec");
+        // This lane's slots: body of (slot, row) at ring_b + ((slot * R + r) * 32) * 16, head word
+        // at ring_h + ((slot * R + r) * 32) * 4.
+        uint8_t* ring = reinterpret_cast<uint8_t*>(xs) + static_cast<size_t>(warp) * kRing * R * 32 * 20;
+        uint8_t* ring_b = ring + lane * 16;
+        uint8_t* ring_h = ring + kRing * R * 32 * 16 + lane * 4;
+        auto issue = [&](int slot, int g, int c) {  // chunk c of row group g into `slot`
+            if (g < row_groups) {
+                const Seg sg = seg_of(g);
+                const int u = c * chunk_units + li;
+                if (u < n_units) {
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const uint8_t* b = row_base(sg, g, r);
+                        cp_async<16>(ring_b + (slot * R + r) * 32 * 16, b + static_cast<size_t>(u) * 16);
+                        cp_async<4>(ring_h + (slot * R + r) * 32 * 4, b + a.w.head_off + 4 * static_cast<size_t>(u >> 2));
+                    }
+                }
+            }
+            cp_async_commit();  // one group per chunk, empty past the end: wait counts stay uniform
+        };
+        // The sequence of (row group, chunk) this warp group walks; the first kRing requested
+        // before pdl_wait (weights only).
+        int qg = rg, qc = 0;
+        auto step = [&](int& g, int& c) {
+            if (++c == chunks) {
+                c = 0;
+                g += stride;
+            }
+        };
+#pragma unroll
+        for (int k = 0; k < kRing; ++k) {
+            issue(k, qg, qc);
+            step(qg, qc);
+        }
+        pdl_wait();
+        for (int k = 0; rg < row_groups; ++k) {
+            const int slot = k % kRing;
+            cp_async_wait<kRing - 1>();  // this lane's copies of chunk k have landed
+            const int u = ch * chunk_units + li;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const uint4 body = *reinterpret_cast<const uint4*>(ring_b + (slot * R + r) * 32 * 16);
+                const uint32_t h = *reinterpret_cast<const uint32_t*>(ring_h + (slot * R + r) * 32 * 4);
+                cur[0][r].q[0] = body.x;
+                cur[0][r].q[1] = body.y;
+                cur[0][r].q[2] = body.z;
+                cur[0][r].q[3] = body.w;
+                cur[0][r].d = f16_bits_to_f32(((u >> 1) & 1) ? h >> 16 : h);  // the unit's block's scale
+            }
+            issue(slot, qg, qc);  // the slot is read: chunk k + kRing goes there
+            step(qg, qc);
+            if (u < n_units) consume(cur[0], u);
+            int nrg, nch;
+            advance(nrg, nch);
+            if (nch == 0) finish(rg);
+            rg = nrg;
+            ch = nch;
+        }
+        cp_async_wait<0>();  // no copy outlives the block
+    } else if constexpr (matvec_prefetch<TY, NT>()) {
         Raw nxt[U][R];
         if (rg < row_groups) load_chunk(cur, rg, 0);
         pdl_wait();  // the first weights are in flight; activations and outputs from here
@@ -351,12 +421,13 @@ size_t matvec_stage_bytes(int warps_per_row) {
 // Shared memory of a folded norm's activations (T = 1): every unit of the row, padded.
 inline size_t matvec_norm_bytes(int cols, int unit) { return sizeof(float) * (cols / unit) * (unit + 4); }
 
-template <Type TY, int NT, bool kPair>
+template <Type TY, int NT, bool kPair, int kRing = 0>
 void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     MatvecArgs a = a_in;
     size_t smem = matvec_stage_bytes<TY, NT>(a.warps_per_row);
     a.stage_x = smem > 0;
     if (NT == 1 && a.norm_x) smem = matvec_norm_bytes(a.w.cols, Quant<TY>::kUnit);
+    if (kRing > 0) smem = matvec_ring_bytes<matvec_rows<NT>()>(kRing);
     // Persistent grid: as many blocks as stay resident (per shared-memory size, cached: ops are
     // issued from one thread), fewer when there is less work.
     static size_t cached_smem[2] = {~size_t{0}, ~size_t{0}};
@@ -364,11 +435,11 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     int slot = cached_smem[0] == smem ? 0 : cached_smem[1] == smem ? 1 : -1;
     if (slot < 0) {
         int dev = 0, sms = 0, per_sm = 0;
-        DF_CUDA_CHECK(cudaFuncSetAttribute(matvec_kernel<TY, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        DF_CUDA_CHECK(cudaFuncSetAttribute(matvec_kernel<TY, NT, kPair, kRing>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kMatvecMaxStage)));
         DF_CUDA_CHECK(cudaGetDevice(&dev));
         DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<TY, NT, kPair>, kMatvecThreads, smem));
+        DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<TY, NT, kPair, kRing>, kMatvecThreads, smem));
         slot = cached_smem[0] == ~size_t{0} ? 0 : 1;  // the second size replaces itself
         cached_smem[slot] = smem;
         cached_resident[slot] = sms * std::max(per_sm, 1);
@@ -378,11 +449,21 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     constexpr int kOut = kPair ? matvec_rows<NT>() / 2 : matvec_rows<NT>();
     const int row_groups = (a.w.rows + kOut - 1) / kOut;
     const int blocks = std::min(resident, (row_groups + groups_per_block - 1) / groups_per_block);
-    launch(matvec_kernel<TY, NT, kPair>, blocks, kMatvecThreads, smem, s, a);
+    launch(matvec_kernel<TY, NT, kPair, kRing>, blocks, kMatvecThreads, smem, s, a);
 }
 
 template <Type TY, int NT>
 void matvec_launch_nt(const MatvecArgs& a, cudaStream_t s) {
+    if constexpr (TY == Type::Q8_0 && NT == 1) {
+        if (!a.norm_x) {
+            switch (matvec_ring()) {
+                case 2: a.up ? matvec_launch_kernel<TY, 1, true, 2>(a, s) : matvec_launch_kernel<TY, 1, false, 2>(a, s); return;
+                case 3: a.up ? matvec_launch_kernel<TY, 1, true, 3>(a, s) : matvec_launch_kernel<TY, 1, false, 3>(a, s); return;
+                case 4: a.up ? matvec_launch_kernel<TY, 1, true, 4>(a, s) : matvec_launch_kernel<TY, 1, false, 4>(a, s); return;
+                default: break;
+            }
+        }
+    }
     if (a.up)
         matvec_launch_kernel<TY, NT, true>(a, s);
     else
