@@ -47,19 +47,21 @@ constexpr int matvec_min_blocks() { return NT >= 4 ? 1 : (matvec_prefetch<TY, NT
 
 DF_DEV void group_barrier(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads)); }
 
-// Persistent warps: a group of `warps_per_row` warps walks row groups (two rows, or the gate and
-// up rows of one output) with a grid stride; each row is consumed in chunks of U units per lane,
-// and the loads of the next chunk (of this row group or the next) are issued before the current
-// chunk is decoded, so every warp keeps weight bytes in flight while it computes.
-// Per-warp rings of cp.async copies (kRing > 0: the one-token Q8_0 matvec, DF_CUDA_MATVEC_RING):
-// each lane copies its own units of the next kRing chunks into shared memory, so bytes in flight
-// need no registers; a lane reads back only what it copied, so no barrier. Slot layout per warp:
-// [kRing][R rows][32 lanes] x (16 body bytes), then the same of 4 head bytes.
+// Shared memory of the per-warp cp.async rings (kRing below): per warp [kRing][R rows][32 lanes]
+// x 16 body bytes, then the same x 4 head bytes.
 template <int R>
 constexpr size_t matvec_ring_bytes(int ring) {
     return static_cast<size_t>(kMatvecThreads / 32) * ring * R * 32 * 20;
 }
 
+// Persistent warps: a group of `warps_per_row` warps walks row groups (two rows, or the gate and
+// up rows of one output) with a grid stride; each row is consumed in chunks of U units per lane,
+// and the loads of the next chunk (of this row group or the next) are issued before the current
+// chunk is decoded, so every warp keeps weight bytes in flight while it computes.
+// kRing > 0 (the one-token Q8_0 matvec, DF_CUDA_MATVEC_RING): instead of a register double
+// buffer, each lane copies its own units of the next kRing chunks into its warp's ring in shared
+// memory with cp.async, so bytes in flight hold no registers; a lane reads back only what it
+// copied, so no barrier is needed. Same units, order and reductions: the same bits.
 template <Type TY, int NT, bool kPair, int kRing = 0>
 __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) matvec_kernel(const MatvecArgs a) {
     pdl_trigger();  // pdl_wait() comes after the weight-only prologue
@@ -332,6 +334,8 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                     for (int r = 0; r < R; ++r) {
                         const uint8_t* b = row_base(sg, g, r);
                         cp_async<16>(ring_b + (slot * R + r) * 32 * 16, b + static_cast<size_t>(u) * 16);
+                        // The aligned word of the head array holding the unit's scale (it may
+                        // reach 2 bytes past an odd-length array: inside the row's 16-byte padding).
                         cp_async<4>(ring_h + (slot * R + r) * 32 * 4, b + a.w.head_off + 4 * static_cast<size_t>(u >> 2));
                     }
                 }
