@@ -376,46 +376,48 @@ TEST(CudaMatvecSegments, HeldBackGroupMatchesCpuAndOneTokenResults) {
     }
 }
 
-// The one-token Q8_0 matvec through per-warp cp.async rings (DF_CUDA_MATVEC_RING) reads the same
-// units in the same order: every depth gives the register kernel's bits, for plain, accumulating,
-// held-back (stacked) and fused gate/up products, rows not a multiple of 4, units not a multiple
-// of the lanes.
+// The one-token Q8_0 / Q4_0 / IQ4_NL matvec through per-warp cp.async rings (DF_CUDA_MATVEC_RING)
+// reads the same units in the same order: every depth gives the register kernel's bits, for
+// plain, accumulating, held-back (stacked) and fused gate/up products, rows not a multiple of 4,
+// units not a multiple of the lanes, odd-length head arrays.
 TEST(CudaMatvecRing, EveryDepthGivesTheRegisterKernelsBits) {
     DF_REQUIRE_CUDA();
     Backend& gpu = *gpu_backend();
     auto g = test_rng();
     const int ring0 = cuda::matvec_ring();
-    for (int cols : {2560, 4096, 9728, 160}) {
-        SCOPED_TRACE("cols " + std::to_string(cols));
-        const std::vector<int> rows = {203, 4096, 64};
-        std::vector<Weight> w;
-        for (int r : rows) {
-            const auto m = random_matrix(Type::Q8_0, r, cols, g);
-            w.push_back(gpu.load_weight(Type::Q8_0, cols, r, m.data(), m.size()));
+    for (Type t : {Type::Q8_0, Type::Q4_0, Type::IQ4_NL}) {
+        for (int cols : {2560, 4096, 9728, 160}) {
+            SCOPED_TRACE(type_str(t) + " cols " + std::to_string(cols));
+            const std::vector<int> rows = {203, 4096, 64};
+            std::vector<Weight> w;
+            for (int r : rows) {
+                const auto m = random_matrix(t, r, cols, g);
+                w.push_back(gpu.load_weight(t, cols, r, m.data(), m.size()));
+            }
+            const auto x = randn(g, cols);
+            Buf<float> xb(gpu, x);
+            auto run = [&](int depth) {
+                cuda::set_matvec_ring(depth);
+                std::vector<std::unique_ptr<Buf<float>>> o;
+                for (int r : rows) o.push_back(std::make_unique<Buf<float>>(gpu, std::vector<float>(r, 0.5f)));
+                Buf<float> fb(gpu, rows[0]), sb(gpu, rows[0]);
+                fb.poison();
+                gpu.matmul(w[0], xb.p(), 1, o[0]->p(), true);  // accumulates
+                for (size_t i = 1; i < rows.size(); ++i) gpu.matmul(w[i], xb.p(), 1, o[i]->p(), false);  // stacked
+                gpu.ffn_gate_up(w[0], w[0], xb.p(), 1, fb.p(), sb.p());
+                std::vector<std::vector<float>> out;
+                for (auto& b : o) out.push_back(b->get());
+                out.push_back(fb.get());
+                return out;
+            };
+            const auto ref = run(0);
+            for (int depth : {2, 3, 4}) {
+                const auto got = run(depth);
+                for (size_t i = 0; i < ref.size(); ++i)
+                    EXPECT_EQ(0, std::memcmp(got[i].data(), ref[i].data(), ref[i].size() * 4)) << "output " << i << " depth " << depth;
+            }
+            for (const Weight& wi : w) gpu.release(const_cast<void*>(wi.data));
         }
-        const auto x = randn(g, cols);
-        Buf<float> xb(gpu, x);
-        auto run = [&](int depth) {
-            cuda::set_matvec_ring(depth);
-            std::vector<std::unique_ptr<Buf<float>>> o;
-            for (int r : rows) o.push_back(std::make_unique<Buf<float>>(gpu, std::vector<float>(r, 0.5f)));
-            Buf<float> fb(gpu, rows[0]), sb(gpu, rows[0]);
-            fb.poison();
-            gpu.matmul(w[0], xb.p(), 1, o[0]->p(), true);  // accumulates
-            for (size_t i = 1; i < rows.size(); ++i) gpu.matmul(w[i], xb.p(), 1, o[i]->p(), false);  // stacked
-            gpu.ffn_gate_up(w[0], w[0], xb.p(), 1, fb.p(), sb.p());
-            std::vector<std::vector<float>> out;
-            for (auto& b : o) out.push_back(b->get());
-            out.push_back(fb.get());
-            return out;
-        };
-        const auto ref = run(0);
-        for (int depth : {2, 3, 4}) {
-            const auto got = run(depth);
-            for (size_t i = 0; i < ref.size(); ++i)
-                EXPECT_EQ(0, std::memcmp(got[i].data(), ref[i].data(), ref[i].size() * 4)) << "output " << i << " depth " << depth;
-        }
-        for (const Weight& wi : w) gpu.release(const_cast<void*>(wi.data));
     }
     cuda::set_matvec_ring(ring0);
 }

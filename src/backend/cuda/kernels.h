@@ -33,8 +33,8 @@ int attn_cluster();
 void set_attn_cluster(int blocks);
 int attn_cluster_keys();
 void set_attn_cluster_keys(int keys);
-// Depth of the per-warp cp.async rings of the one-token Q8_0 matvec (DF_CUDA_MATVEC_RING: 2, 3 or
-// 4 chunks; 0: the register double buffer). The setter is for tests.
+// Depth of the per-warp cp.async rings of the one-token Q8_0, Q4_0 and IQ4_NL matvecs
+// (DF_CUDA_MATVEC_RING: 2, 3 or 4 chunks; 0: the register double buffer). The setter is for tests.
 int matvec_ring();
 void set_matvec_ring(int depth);
 

@@ -58,7 +58,18 @@ constexpr size_t matvec_ring_bytes(int ring) {
 // up rows of one output) with a grid stride; each row is consumed in chunks of U units per lane,
 // and the loads of the next chunk (of this row group or the next) are issued before the current
 // chunk is decoded, so every warp keeps weight bytes in flight while it computes.
-// kRing > 0 (the one-token Q8_0 matvec, DF_CUDA_MATVEC_RING): instead of a register double
+// Block types whose decode unit is 16 body bytes plus one f16 scale in the split head array
+// (Q8_0: half a block; Q4_0, IQ4_NL: a block), loaded as Raw {q[4], d}: the ring path's units.
+template <Type TY>
+constexpr bool matvec_ring_type() {
+    using Q = Quant<TY>;
+    if constexpr (TY == Type::Q8_0 || TY == Type::Q4_0 || TY == Type::IQ4_NL)
+        return Q::kHead == 2 && Q::kBody * Q::kUnit / Q::kBlock == 16 && (Q::kBlock == Q::kUnit || Q::kBlock == 2 * Q::kUnit);
+    else
+        return false;
+}
+
+// kRing > 0 (the one-token matvec of those types, DF_CUDA_MATVEC_RING): instead of a register double
 // buffer, each lane copies its own units of the next kRing chunks into its warp's ring in shared
 // memory with cp.async, so bytes in flight hold no registers; a lane reads back only what it
 // copied, so no barrier is needed. Same units, order and reductions: the same bits.
@@ -319,7 +330,9 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     };
     Raw cur[U][R];
     if constexpr (kRing > 0) {
-        static_assert(TY == Type::Q8_0 && NT == 1 && U == 1, "the ring path is the one-token Q8_0 matvec");
+        static_assert(matvec_ring_type<TY>() && NT == 1 && U == 1, "the ring path is the one-token matvec of 16-byte units");
+        // The unit's scale is number u * kUnit / kBlock of the row's head array.
+        auto scale_index = [](int u) { return u / (Q::kBlock / Q::kUnit); };
         // This lane's slots: body of (slot, row) at ring_b + ((slot * R + r) * 32) * 16, head word
         // at ring_h + ((slot * R + r) * 32) * 4.
         uint8_t* ring = reinterpret_cast<uint8_t*>(xs) + static_cast<size_t>(warp) * kRing * R * 32 * 20;
@@ -336,7 +349,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                         cp_async<16>(ring_b + (slot * R + r) * 32 * 16, b + static_cast<size_t>(u) * 16);
                         // The aligned word of the head array holding the unit's scale (it may
                         // reach 2 bytes past an odd-length array: inside the row's 16-byte padding).
-                        cp_async<4>(ring_h + (slot * R + r) * 32 * 4, b + a.w.head_off + 4 * static_cast<size_t>(u >> 2));
+                        cp_async<4>(ring_h + (slot * R + r) * 32 * 4, b + a.w.head_off + 4 * static_cast<size_t>(scale_index(u) >> 1));
                     }
                 }
             }
@@ -369,7 +382,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                 cur[0][r].q[1] = body.y;
                 cur[0][r].q[2] = body.z;
                 cur[0][r].q[3] = body.w;
-                cur[0][r].d = f16_bits_to_f32(((u >> 1) & 1) ? h >> 16 : h);  // the unit's block's scale
+                cur[0][r].d = f16_bits_to_f32((scale_index(u) & 1) ? h >> 16 : h);  // the unit's block's scale
             }
             issue(slot, qg, qc);  // the slot is read: chunk k + kRing goes there
             step(qg, qc);
@@ -458,7 +471,7 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
 
 template <Type TY, int NT>
 void matvec_launch_nt(const MatvecArgs& a, cudaStream_t s) {
-    if constexpr (TY == Type::Q8_0 && NT == 1) {
+    if constexpr (matvec_ring_type<TY>() && NT == 1) {
         if (!a.norm_x) {
             switch (matvec_ring()) {
                 case 2: a.up ? matvec_launch_kernel<TY, 1, true, 2>(a, s) : matvec_launch_kernel<TY, 1, false, 2>(a, s); return;
