@@ -12,35 +12,14 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from trace_step import short  # noqa: E402
+from trace_step import read_trace, short  # noqa: E402
 
 
 def main():
     path = sys.argv[1]
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 40
-    launches, segments, b0, blocks = [], [], [], []
-    for line in open(path):
-        f = line.split()
-        if f[0] == "L":
-            launches.append(((int(f[1]), int(f[2]), int(f[3]), int(f[4])), f[5]))
-        elif f[0] == "M":
-            segments.append((f[1], len(launches)))
-        elif f[0] == "E":
-            t, kind, block, gx, gy, gz = map(int, f[1:7])
-            if kind < 2:
-                b0.append((t, kind, (gx, gy, gz, block)))
-        elif f[0] == "B":
-            t, kind, block, gx, gy, gz, bx, by, bz, sm = map(int, f[1:11])
-            blocks.append((t, kind, (gx, gy, gz, block), (bx, by, bz), sm))
-    caps = [i for i, (what, _) in enumerate(segments) if what == "capture"]
-    if not caps:
-        sys.exit("no captured graph in the trace")
-    c = caps[-1]
-    lo = segments[c][1]
-    hi = segments[c + 1][1] if c + 1 < len(segments) else len(launches)
-    graph = launches[lo:hi]
+    graph, b0, blocks = read_trace(path)
     K = len(graph)
-    b0.sort()
     starts = [e for e in b0 if e[1] == 0][-K:]
     if len(starts) < K:
         sys.exit("the trace holds no complete replay")

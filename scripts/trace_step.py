@@ -30,9 +30,11 @@ def short(name):
             return ident
 
 
-def main():
-    path = sys.argv[1]
-    launches, events, segments = [], [], []
+def read_trace(path):
+    """The last captured graph's launches ((grid x, y, z, block), name), block 0's events
+    (t, kind, signature) sorted by time, and the every-block records
+    (t, kind, signature, (bx, by, bz), sm) of DF_CUDA_TRACE_BLOCKS=1 runs."""
+    launches, events, segments, blocks = [], [], [], []
     for line in open(path):
         f = line.split()
         if f[0] == "L":
@@ -42,15 +44,22 @@ def main():
         elif f[0] == "E":
             t, kind, block, gx, gy, gz = map(int, f[1:7])
             events.append((t, kind, (gx, gy, gz, block)))
+        elif f[0] == "B":
+            t, kind, block, gx, gy, gz, bx, by, bz, sm = map(int, f[1:11])
+            blocks.append((t, kind, (gx, gy, gz, block), (bx, by, bz), sm))
     caps = [i for i, (what, _) in enumerate(segments) if what == "capture"]
     if not caps:
         sys.exit("no captured graph in the trace")
     c = caps[-1]
     lo = segments[c][1]
     hi = segments[c + 1][1] if c + 1 < len(segments) else len(launches)
-    graph = launches[lo:hi]
-    K = len(graph)
     events.sort()
+    return launches[lo:hi], events, blocks
+
+
+def main():
+    graph, events, _ = read_trace(sys.argv[1])
+    K = len(graph)
     starts = [e for e in events if e[1] == 0][-K:]
     first = starts[0][0] if starts else 0
     waits = [e for e in events if e[1] == 1 and e[0] >= first]
