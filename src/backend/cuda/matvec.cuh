@@ -47,29 +47,25 @@ constexpr int matvec_min_blocks() { return NT >= 4 ? 1 : (matvec_prefetch<TY, NT
 
 DF_DEV void group_barrier(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads)); }
 
-// Shared memory of the per-warp cp.async rings (kRing below): per warp [kRing][R rows][32 lanes]
-// x 16 body bytes, then the same x 4 head bytes.
+// Block types whose decode unit is 16 body bytes plus one f16 scale in the split head array
+// (Q8_0: half a block; Q4_0, IQ4_NL: a block), loaded as Raw {q[4], d}: the units of the per-warp
+// cp.async rings (kRing below).
+template <Type TY>
+constexpr bool matvec_ring_type() { return TY == Type::Q8_0 || TY == Type::Q4_0 || TY == Type::IQ4_NL; }
+
+// A lane's bytes per unit and row in a ring: the body, then the 4-byte word of the head array that
+// holds the unit's scale. Per warp the ring is [kRing][R rows][32 lanes] bodies, then as many words.
+inline constexpr int kRingBody = 16, kRingHead = 4;
 template <int R>
-constexpr size_t matvec_ring_bytes(int ring) {
-    return static_cast<size_t>(kMatvecThreads / 32) * ring * R * 32 * 20;
-}
+constexpr size_t matvec_ring_warp_bytes(int ring) { return static_cast<size_t>(ring) * R * 32 * (kRingBody + kRingHead); }
+template <int R>
+constexpr size_t matvec_ring_bytes(int ring) { return (kMatvecThreads / 32) * matvec_ring_warp_bytes<R>(ring); }
 
 // Persistent warps: a group of `warps_per_row` warps walks row groups (two rows, or the gate and
 // up rows of one output) with a grid stride; each row is consumed in chunks of U units per lane,
 // and the loads of the next chunk (of this row group or the next) are issued before the current
 // chunk is decoded, so every warp keeps weight bytes in flight while it computes.
-// Block types whose decode unit is 16 body bytes plus one f16 scale in the split head array
-// (Q8_0: half a block; Q4_0, IQ4_NL: a block), loaded as Raw {q[4], d}: the ring path's units.
-template <Type TY>
-constexpr bool matvec_ring_type() {
-    using Q = Quant<TY>;
-    if constexpr (TY == Type::Q8_0 || TY == Type::Q4_0 || TY == Type::IQ4_NL)
-        return Q::kHead == 2 && Q::kBody * Q::kUnit / Q::kBlock == 16 && (Q::kBlock == Q::kUnit || Q::kBlock == 2 * Q::kUnit);
-    else
-        return false;
-}
-
-// kRing > 0 (the one-token matvec of those types, DF_CUDA_MATVEC_RING): instead of a register double
+// kRing > 0 (the one-token matvec of the ring types, DF_CUDA_MATVEC_RING): instead of a register double
 // buffer, each lane copies its own units of the next kRing chunks into its warp's ring in shared
 // memory with cp.async, so bytes in flight hold no registers; a lane reads back only what it
 // copied, so no barrier is needed. Same units, order and reductions: the same bits.
@@ -313,13 +309,16 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         }
     }
     int rg = blockIdx.x * groups_per_block + gw, ch = 0;
+    auto step = [&](int& g, int& c) {  // the chunk after chunk c of row group g, for this warp group
+        if (++c == chunks) {
+            c = 0;
+            g += stride;
+        }
+    };
     auto advance = [&](int& nrg, int& nch) {
         nrg = rg;
-        nch = ch + 1;
-        if (nch == chunks) {
-            nrg = rg + stride;
-            nch = 0;
-        }
+        nch = ch;
+        step(nrg, nch);
     };
     auto consume_chunk = [&](const Raw (&raw)[U][R]) {
 #pragma unroll
@@ -330,14 +329,15 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     };
     Raw cur[U][R];
     if constexpr (kRing > 0) {
-        static_assert(matvec_ring_type<TY>() && NT == 1 && U == 1, "the ring path is the one-token matvec of 16-byte units");
+        static_assert(matvec_ring_type<TY>() && NT == 1 && U == 1, "the ring path is the one-token matvec of the ring types");
+        static_assert(Q::kHead == 2 && Q::kBody * Q::kUnit / Q::kBlock == kRingBody, "a ring unit: 16 body bytes, one f16 scale");
         // The unit's scale is number u * kUnit / kBlock of the row's head array.
         auto scale_index = [](int u) { return u / (Q::kBlock / Q::kUnit); };
-        // This lane's slots: body of (slot, row) at ring_b + ((slot * R + r) * 32) * 16, head word
-        // at ring_h + ((slot * R + r) * 32) * 4.
-        uint8_t* ring = reinterpret_cast<uint8_t*>(xs) + static_cast<size_t>(warp) * kRing * R * 32 * 20;
-        uint8_t* ring_b = ring + lane * 16;
-        uint8_t* ring_h = ring + kRing * R * 32 * 16 + lane * 4;
+        // This lane's slots: body of (slot, row) at ring_b + (slot * R + r) * 32 * kRingBody, head
+        // word at ring_h + (slot * R + r) * 32 * kRingHead.
+        uint8_t* ring = reinterpret_cast<uint8_t*>(xs) + warp * matvec_ring_warp_bytes<R>(kRing);
+        uint8_t* ring_b = ring + lane * kRingBody;
+        uint8_t* ring_h = ring + kRing * R * 32 * kRingBody + lane * kRingHead;
         auto issue = [&](int slot, int g, int c) {  // chunk c of row group g into `slot`
             if (g < row_groups) {
                 const Seg sg = seg_of(g);
@@ -346,10 +346,11 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
                         const uint8_t* b = row_base(sg, g, r);
-                        cp_async<16>(ring_b + (slot * R + r) * 32 * 16, b + static_cast<size_t>(u) * 16);
+                        cp_async<kRingBody>(ring_b + (slot * R + r) * 32 * kRingBody, b + static_cast<size_t>(u) * kRingBody);
                         // The aligned word of the head array holding the unit's scale (it may
                         // reach 2 bytes past an odd-length array: inside the row's 16-byte padding).
-                        cp_async<4>(ring_h + (slot * R + r) * 32 * 4, b + a.w.head_off + 4 * static_cast<size_t>(scale_index(u) >> 1));
+                        cp_async<kRingHead>(ring_h + (slot * R + r) * 32 * kRingHead,
+                                            b + a.w.head_off + kRingHead * static_cast<size_t>(scale_index(u) >> 1));
                     }
                 }
             }
@@ -358,12 +359,6 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         // The sequence of (row group, chunk) this warp group walks; the first kRing requested
         // before pdl_wait (weights only).
         int qg = rg, qc = 0;
-        auto step = [&](int& g, int& c) {
-            if (++c == chunks) {
-                c = 0;
-                g += stride;
-            }
-        };
 #pragma unroll
         for (int k = 0; k < kRing; ++k) {
             issue(k, qg, qc);
@@ -376,8 +371,8 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             const int u = ch * chunk_units + li;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const uint4 body = *reinterpret_cast<const uint4*>(ring_b + (slot * R + r) * 32 * 16);
-                const uint32_t h = *reinterpret_cast<const uint32_t*>(ring_h + (slot * R + r) * 32 * 4);
+                const uint4 body = *reinterpret_cast<const uint4*>(ring_b + (slot * R + r) * 32 * kRingBody);
+                const uint32_t h = *reinterpret_cast<const uint32_t*>(ring_h + (slot * R + r) * 32 * kRingHead);
                 cur[0][r].q[0] = body.x;
                 cur[0][r].q[1] = body.y;
                 cur[0][r].q[2] = body.z;
