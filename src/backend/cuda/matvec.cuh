@@ -216,6 +216,17 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         __syncthreads();
     };
 
+    // Accumulating calls: each writer lane (lane r * NT + t of the group's first warp) reads its
+    // output's old value when the row group starts, so that read's latency passes while the row
+    // group's chunks are decoded instead of after the reduction (only the writer stores there).
+    float old = 0.f;
+    auto fetch_old = [&](int rg) {
+        if (!a.accumulate || kPair || warp % wpr != 0 || lane >= R * NT || rg >= row_groups) return;
+        const int r = lane / NT, t = lane % NT;
+        const Seg sg = seg_of(rg);
+        const int row = rg * R + r - sg.row0;
+        if (t < a.T && row < sg.rows) old = sg.out[static_cast<size_t>(t) * sg.rows + row];
+    };
     auto finish = [&](int rg) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
@@ -256,10 +267,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                         if ((r & 1) == 0 && o < rows) a.out[static_cast<size_t>(t) * rows + o] = silu_f(acc[r][t]) * acc[r + 1][t];
                     } else {
                         const int row = rg * R + r - sg.row0;
-                        if (row < sg.rows) {
-                            float* o = sg.out + static_cast<size_t>(t) * sg.rows + row;
-                            *o = a.accumulate ? *o + acc[r][t] : acc[r][t];
-                        }
+                        if (row < sg.rows) sg.out[static_cast<size_t>(t) * sg.rows + row] = a.accumulate ? old + acc[r][t] : acc[r][t];
                     }
                 }
         }
@@ -279,6 +287,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             for (int rg0 = blockIdx.x * groups_per_block; rg0 < row_groups; rg0 += stride) {
                 const int my_rg = rg0 + gw;
                 const bool live = my_rg < row_groups;
+                fetch_old(my_rg);
                 for (int c = 0; c < chunks; ++c) {
                     const int u0 = c * chunk_units;
                     __syncthreads();
@@ -367,6 +376,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         pdl_wait();
         for (int k = 0; rg < row_groups; ++k) {
             const int slot = k % kRing;
+            if (ch == 0) fetch_old(rg);
             cp_async_wait<kRing - 1>();  // this lane's copies of chunk k have landed
             const int u = ch * chunk_units + li;
 #pragma unroll
@@ -395,6 +405,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         pdl_wait();  // the first weights are in flight; activations and outputs from here
         if (fold) stage_norm();
         while (rg < row_groups) {
+            if (ch == 0) fetch_old(rg);
             int nrg, nch;
             advance(nrg, nch);
             if (nrg < row_groups) load_chunk(nxt, nrg, nch);
@@ -411,6 +422,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         pdl_wait();
         if (fold) stage_norm();
         while (rg < row_groups) {
+            if (ch == 0) fetch_old(rg);
             load_chunk(cur, rg, ch);
             consume_chunk(cur);
             int nrg, nch;
