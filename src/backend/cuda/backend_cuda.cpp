@@ -573,18 +573,34 @@ bool CudaBackend::matvec_joins(const PendingMatmul& a, const PendingMatmul& b, i
            a.w.row_stride == b.w.row_stride && a.accumulate == b.accumulate && a.w.rows % 4 == 0 && b.w.rows % 4 == 0;
 }
 
+// The f32 matvec's arguments for T <= 8 tokens of x times w (rows_per_group: outputs of a warp
+// group, 4, or 2 for fused gate/up; warps per row from the shape only: T must not change a
+// token's summation order).
+MatvecArgs CudaBackend::matvec_args(const Weight& w, const float* x, int T, float* out, bool accumulate,
+                                    int rows_per_group, const PendingNorm* fold, bool write_norm) const {
+    MatvecArgs a;
+    a.w = matrix(w);
+    a.x = x;
+    a.T = T;
+    a.out = out;
+    a.accumulate = accumulate;
+    a.warps_per_row = warps_per_row(w, ops_for(w).unit, static_cast<int>((w.rows + rows_per_group - 1) / rows_per_group));
+    a.tables = tables_;
+    if (fold) fold_into(a, *fold, write_norm);
+    return a;
+}
+
 void CudaBackend::run_matvec_segs(const PendingMatmul* const* group, int k, cudaStream_t s, const PendingNorm* fold,
                                   bool write_norm) {
     DF_CUDA_REQUIRE(k >= 2 && k <= kMatvecSegs, "matvec segments: 2 or 3 matrices");
     const Weight& w0 = group[0]->w;
-    const QuantOps& ops = ops_for(w0);
-    MatvecArgs a;
-    a.w = matrix(w0);
-    a.x = pending_x_;
-    a.T = pending_T_;
-    a.accumulate = group[0]->accumulate;
-    a.segs = k;
     int rows = 0;
+    for (int i = 0; i < k; ++i) rows += static_cast<int>(group[i]->w.rows);
+    Weight total = w0;  // the stacked matrix: its shape sets the warps per row
+    total.rows = rows;
+    MatvecArgs a = matvec_args(total, pending_x_, pending_T_, group[0]->out, group[0]->accumulate, 4, fold, write_norm);
+    a.segs = k;
+    rows = 0;
     for (int i = 0; i < k; ++i) {
         a.seg_data[i] = static_cast<const uint8_t*>(group[i]->w.data);
         a.seg_out[i] = group[i]->out;
@@ -592,14 +608,7 @@ void CudaBackend::run_matvec_segs(const PendingMatmul* const* group, int k, cuda
         rows += static_cast<int>(group[i]->w.rows);
     }
     a.seg_row[k] = rows;
-    a.w.rows = rows;
-    a.out = group[0]->out;
-    Weight total = w0;
-    total.rows = rows;
-    a.warps_per_row = warps_per_row(total, ops.unit, (rows + 3) / 4);
-    a.tables = tables_;
-    if (fold) fold_into(a, *fold, write_norm);
-    ops.matvec(a, s);
+    ops_for(w0).matvec(a, s);
 }
 
 void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
@@ -610,17 +619,7 @@ void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out,
     } else if (use_imma(w, T)) {
         ops.imma(imma_args(w, nullptr, T, out, accumulate, s), s);  // flush() converted x
     } else if (T <= 8) {
-        MatvecArgs a;
-        a.w = matrix(w);
-        a.x = x;
-        a.T = T;
-        a.out = out;
-        a.accumulate = accumulate;
-        // A function of the shape only: T must not change a token's summation order.
-        a.warps_per_row = warps_per_row(w, ops.unit, static_cast<int>((w.rows + 3) / 4));
-        a.tables = tables_;
-        if (fold) fold_into(a, *fold, write_norm);
-        ops.matvec(a, s);
+        ops.matvec(matvec_args(w, x, T, out, accumulate, 4, fold, write_norm), s);
     } else {
         GemmArgs a;
         a.w = matrix(w);
@@ -657,17 +656,9 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
         return;
     }
     if (fused) {
-        const QuantOps& ops = ops_for(wg);
-        MatvecArgs a;
-        a.w = matrix(wg);
+        MatvecArgs a = matvec_args(wg, x, T, out, false, 2, norm.x ? &norm : nullptr, true);  // two outputs per group
         a.up = static_cast<const uint8_t*>(wu.data);
-        a.x = x;
-        a.T = T;
-        a.out = out;
-        a.warps_per_row = warps_per_row(wg, ops.unit, static_cast<int>((wg.rows + 1) / 2));  // two outputs per group
-        a.tables = tables_;
-        if (norm.x) fold_into(a, norm, true);
-        ops.matvec(a, stream_);
+        ops_for(wg).matvec(a, stream_);
         return;
     }
     // Prefill: the SwiGLU also converts its result for the down projection's exact-f16 GEMM (which

@@ -129,6 +129,8 @@ private:
     bool merge_matvecs_ = true;
     bool matvec_joins(const PendingMatmul& a, const PendingMatmul& b, int T) const;
     void run_matvec_segs(const PendingMatmul* const* group, int k, cudaStream_t s, const PendingNorm* fold, bool write_norm);
+    MatvecArgs matvec_args(const Weight& w, const float* x, int T, float* out, bool accumulate, int rows_per_group,
+                           const PendingNorm* fold, bool write_norm) const;
     // The q and k head_norm_rope calls of an attention layer and the kv_store after them are
     // held back and launched as one kernel (launch_attn_prep); any other op launches them first.
     void flush_prep();
