@@ -67,6 +67,16 @@ struct GdnShape {
     int channels() const { return (2 * k_heads + v_heads) * head_dim; }
 };
 
+// One GDN layer's small weights and its recurrent state (Backend::gdn_mix).
+struct GdnLayer {
+    const float* conv_w = nullptr;   // [C, taps]
+    const float* dt_bias = nullptr;  // [Hv]
+    const float* a_neg = nullptr;    // [Hv]
+    const float* norm_w = nullptr;   // [head_dim]
+    float* conv_state = nullptr;     // [taps - 1, C]
+    float* state = nullptr;          // [Hv, Dv, Dk]
+};
+
 // RoPE (NeoX pairing (i, i + n_rot/2) over the first n_rot dims of each head).
 struct RopeShape {
     int n_rot = 0;
@@ -150,6 +160,16 @@ public:
     // x, z, out [T, heads*n]; out may alias x.
     virtual void gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads,
                                int n, float eps, float* out) = 0;
+
+    // The GDN mixer after its projections: gdn_conv on qkv, gdn_delta into out, then
+    // gated_rmsnorm of out with z, in one call so that a backend may fuse them (qkv's contents
+    // are unspecified afterwards). out must not alias qkv or z.
+    virtual void gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l,
+                         int T, const GdnShape& g, float eps, float* out) {
+        gdn_conv(qkv, T, g, l.conv_w, l.conv_state);
+        gdn_delta(qkv, alpha, beta, l.dt_bias, l.a_neg, T, g, eps, l.state, out);
+        gated_rmsnorm(out, z, l.norm_w, T, g.v_heads, g.head_dim, eps, out);
+    }
 
     // y[i] += x[i] for i < n.
     virtual void add(float* y, const float* x, int64_t n) = 0;

@@ -88,9 +88,8 @@ void gdn_block(const Model& m, const LayerWeights& l, int il, State& st, const S
     be.matmul(l.ssm_gate, st.x, T, z);
     be.matmul(l.ssm_alpha, st.x, T, alpha);
     be.matmul(l.ssm_beta, st.x, T, beta);
-    be.gdn_conv(qkv, T, g, f(l.ssm_conv), st.conv_state[il]);
-    be.gdn_delta(qkv, alpha, beta, f(l.ssm_dt_bias), f(l.ssm_a), T, g, c.eps, st.ssm_state[il], st.attn);
-    be.gated_rmsnorm(st.attn, z, f(l.ssm_norm), T, g.v_heads, g.head_dim, c.eps, st.attn);
+    const GdnLayer gl{f(l.ssm_conv), f(l.ssm_dt_bias), f(l.ssm_a), f(l.ssm_norm), st.conv_state[il], st.ssm_state[il]};
+    be.gdn_mix(qkv, z, alpha, beta, gl, T, g, c.eps, st.attn);
     be.matmul(l.ssm_out, st.attn, T, st.h, /*accumulate=*/true);
 }
 

@@ -8,6 +8,29 @@
 
 namespace df::cuda {
 
+// 8 consecutive floats, a lane's share of a unit (kVec: two 16-byte accesses, p 16-byte aligned).
+template <bool kVec>
+DF_DEV void load8(const float* p, float (&v)[8]) {
+    if constexpr (kVec) {
+        const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = p[j];
+    }
+}
+
+template <bool kVec>
+DF_DEV void store8(float* p, const float (&v)[8]) {
+    if constexpr (kVec) {
+        reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) p[j] = v[j];
+    }
+}
+
 // v: elements 8 lane .. 8 lane + 7 of unit `unit` of token `tok`; slabs = cols / 32.
 DF_DEV void act_quant_unit(const float (&v)[8], int tok, int unit, int n_units, int slabs, uint2* xq, float* xe,
                            int lane) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/gdn_step.h"
 #include "backend/cuda/layout.h"
 #include "backend/cuda/tables.h"
 #include "backend/cuda/trace.h"
@@ -85,6 +86,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     attn_partial_ = static_cast<float*>(alloc(kAttnPartialBytes, MemKind::scratch));
     attn_partial_floats_ = kAttnPartialBytes / sizeof(float);
     attn_counters_ = static_cast<uint32_t*>(alloc(sizeof(uint32_t) * kAttnCounters, MemKind::scratch));
+    gdn_counters_ = static_cast<uint32_t*>(alloc(sizeof(uint32_t) * kGdnCounters, MemKind::scratch));
     argmax_keys_ = static_cast<unsigned long long*>(alloc(sizeof(unsigned long long) * kArgmaxKeys, MemKind::scratch));
     if (const char* g = std::getenv("DF_CUDA_GEMM")) split_gemm_ = std::string(g) != "bf16";
     if (const char* m = std::getenv("DF_CUDA_MATVEC")) imma_ = std::string(m) != "f32";
@@ -92,6 +94,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
     if (const char* f = std::getenv("DF_CUDA_FOLD_NORM")) fold_norm_ = std::string(f) == "1";
     if (const char* m = std::getenv("DF_CUDA_MERGE_MATVEC")) merge_matvecs_ = std::string(m) != "0";
+    if (const char* g = std::getenv("DF_CUDA_GDN_FUSED")) gdn_fused_ = std::string(g) != "0";
+    if (const char* g = std::getenv("DF_CUDA_GDN_SPLIT")) gdn_split_ = std::atoi(g);
+    if (const char* g = std::getenv("DF_CUDA_GDN_LATE")) gdn_late_ = std::string(g) == "1";
     int major = 0, minor = 0;
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
@@ -810,6 +815,50 @@ void CudaBackend::gated_rmsnorm(const float* x, const float* z, const float* w, 
         return;
     }
     launch_gated_rmsnorm(x, z, w, T, heads, n, eps, out, stream_);
+}
+
+void CudaBackend::gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l, int T,
+                          const GdnShape& g, float eps, float* out) {
+    GdnStepArgs a;
+    a.qkv = qkv;
+    a.z = z;
+    a.alpha = alpha;
+    a.beta = beta;
+    a.conv_w = l.conv_w;
+    a.dt_bias = l.dt_bias;
+    a.a_neg = l.a_neg;
+    a.norm_w = l.norm_w;
+    a.T = T;
+    a.k_heads = g.k_heads;
+    a.v_heads = g.v_heads;
+    a.head_dim = g.head_dim;
+    a.taps = g.conv_kernel;
+    a.eps = eps;
+    a.conv_state = l.conv_state;
+    a.state = l.state;
+    a.out = out;
+    a.blocks_per_head = gdn_split_;
+    a.counters = gdn_counters_;
+    a.counter_count = kGdnCounters;
+    a.late_trigger = gdn_late_;
+    if (!gdn_fused_ || !gdn_step_fits(a)) {
+        Backend::gdn_mix(qkv, z, alpha, beta, l, T, g, eps, out);
+        return;
+    }
+    op_start();
+    // Decode: the imma matvec that reads `out` next (ssm_out) finds it converted already.
+    const int cols = g.v_heads * g.head_dim;
+    const bool convert = imma_ && cols <= xq_cols_;
+    if (convert) {
+        a.xq = xq_;
+        a.xe = xe_;
+    }
+    launch_gdn_step(a, stream_);
+    if (convert) {
+        xq_src_ = out;
+        xq_T_ = T;
+        xq_n_ = cols;
+    }
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {

@@ -55,6 +55,8 @@ public:
                    const float* a_neg, int T, const GdnShape& g, float eps, float* state, float* out) override;
     void gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
                        float* out) override;
+    void gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l, int T,
+                 const GdnShape& g, float eps, float* out) override;
     void add(float* y, const float* x, int64_t n) override;
     void argmax(const float* x, int T, int n, int32_t* out) override;
 
@@ -161,11 +163,16 @@ private:
     float* attn_partial_ = nullptr;     // split-attention partial results
     size_t attn_partial_floats_ = 0;
     uint32_t* attn_counters_ = nullptr;  // cluster attention's combine counters (left zeroed)
+    uint32_t* gdn_counters_ = nullptr;   // the fused GDN kernel's per-key-head counters (left zeroed)
+    static constexpr int kGdnCounters = 256;
     unsigned long long* argmax_keys_ = nullptr;  // one per row of an argmax call
     void* staging_ = nullptr;           // pinned host buffer for weight uploads
     size_t staging_bytes_ = 0;
     bool split_gemm_ = true;
     bool imma_ = true;                  // DF_CUDA_MATVEC=f32 selects the f32-FMA matvec instead
+    bool gdn_fused_ = true;             // DF_CUDA_GDN_FUSED=0: the GDN mixer as three kernels (A/B runs)
+    int gdn_split_ = 4;                 // DF_CUDA_GDN_SPLIT: its blocks per value head
+    bool gdn_late_ = false;             // DF_CUDA_GDN_LATE=1: its PDL trigger after the delta rule
     uint2* xq_ = nullptr;               // converted activations of the imma matvec
     float* xe_ = nullptr;
     int xq_cols_ = 0;

@@ -10,6 +10,7 @@
 // and k made the kernel issue-bound: 1.16 ms per 27B layer at T = 1024 under ncu).
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gdn_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 
@@ -17,23 +18,6 @@ namespace df::cuda {
 namespace {
 
 constexpr int kGdnWarps = 4;
-
-// L2 normalisation as ggml: x / max(sqrt(sum x^2), eps), the sum in double.
-template <int NPL>
-__device__ void l2_normalize(float (&x)[NPL], float eps) {
-    double s = 0;
-#pragma unroll
-    for (int m = 0; m < NPL; ++m) s += static_cast<double>(__fmul_rn(x[m], x[m]));
-    s = warp_sum(s);
-    const float scale = 1.0f / fmaxf(static_cast<float>(sqrt(s)), eps);
-#pragma unroll
-    for (int m = 0; m < NPL; ++m) x[m] = __fmul_rn(x[m], scale);
-}
-
-// A value head's decay e^(softplus(alpha + dt_bias) a_neg), as ggml rounds it.
-DF_DEV float gdn_decay(float alpha, float dt_bias, float a_neg) {
-    return expf(__fmul_rn(softplus_f(__fadd_rn(alpha, dt_bias)), a_neg));
-}
 
 // The per-token inputs that do not depend on the state, once per (token, head) instead of once
 // per value column: q and k of each key head L2-normalized, decay and beta of each value head.

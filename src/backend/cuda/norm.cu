@@ -53,28 +53,6 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, i
     }
 }
 
-template <bool kVec>
-DF_DEV void load8(const float* p, float (&v)[8]) {
-    if constexpr (kVec) {
-        const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = p[j];
-    }
-}
-
-template <bool kVec>
-DF_DEV void store8(float* p, const float (&v)[8]) {
-    if constexpr (kVec) {
-        reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-        reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) p[j] = v[j];
-    }
-}
-
 // Rows of a multiple of 256 values (at most kUnitsPerWarp units per warp): a warp per 256-value
 // unit, 8 consecutive values per lane, all held in registers, so every load of the row is in
 // flight at once; the norm weights are loaded before waiting for the previous kernel. The

@@ -1,0 +1,39 @@
+// The GDN mixer after its projections for T <= 8 tokens in one kernel (gdn_step.cu), used by
+// CudaBackend::gdn_mix for decode and speculative verify.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace df::cuda {
+
+// The results of launch_gdn_conv, launch_gdn_delta and launch_gated_rmsnorm_quant (with xq null:
+// of launch_gated_rmsnorm, up to its summation order) bit for bit, where gdn_step_fits: T <= 8,
+// head_dim 128, 4 conv taps, Hv even and a multiple of Hk, a counter per key head, z and out
+// 16-byte aligned. qkv is only read (the conv's outputs stay inside); out must not alias qkv or z.
+struct GdnStepArgs {
+    const float* qkv = nullptr;      // [T, (2 Hk + Hv) D] projections before the conv
+    const float* z = nullptr;        // [T, Hv D] the norm's gate
+    const float* alpha = nullptr;    // [T, Hv] raw
+    const float* beta = nullptr;     // [T, Hv] raw
+    const float* conv_w = nullptr;   // [C, taps]
+    const float* dt_bias = nullptr;  // [Hv]
+    const float* a_neg = nullptr;    // [Hv]
+    const float* norm_w = nullptr;   // [D]
+    int T = 0, k_heads = 0, v_heads = 0, head_dim = 0, taps = 0;
+    float eps = 0.f;
+    float* conv_state = nullptr;     // [taps - 1, C]
+    float* state = nullptr;          // [Hv, D, D]
+    float* out = nullptr;            // [T, Hv D]
+    uint2* xq = nullptr;             // out in the imma activation format (act_quant.cuh), or null
+    float* xe = nullptr;
+    int blocks_per_head = 4;         // 1, 2 or 4: blocks per value head
+    unsigned* counters = nullptr;    // counter_count >= Hk, zero (and left zero)
+    int counter_count = 0;
+    bool late_trigger = false;       // let the next kernel launch only once the outputs are near
+};
+bool gdn_step_fits(const GdnStepArgs& a);
+void launch_gdn_step(const GdnStepArgs& a, cudaStream_t s);
+
+}  // namespace df::cuda
