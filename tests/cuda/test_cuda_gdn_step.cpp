@@ -1,6 +1,6 @@
 // The one-kernel GDN mixer (gdn_step.cu) against the three kernels it replaces (conv, delta rule,
 // gated RMSNorm with the imma conversion): outputs, both states and the converted activations
-// equal bit for bit over consecutive calls, for the cluster shapes it takes (Hv / Hk = 1..4).
+// equal bit for bit over consecutive calls, for Hv / Hk = 1..4, odd Hk and 1, 2 or 4 blocks per head.
 // The three kernels are checked against the CPU backend in test_cuda_ops.cpp and test_cuda_imma.cpp.
 #include <cstring>
 #include <random>

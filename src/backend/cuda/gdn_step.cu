@@ -33,12 +33,12 @@ constexpr int kStepD = 128;                       // head dim (ssm.state_size)
 constexpr int kStepMaxT = 8;
 constexpr int kStepTaps = 4;
 
-// B blocks per value head, block b taking the value columns b D / B + warp + 8 i.
 // The two halves of a cluster barrier (arrive releases this thread's memory accesses, wait
 // acquires the others'), all threads of a warp together.
 DF_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 DF_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
+// B blocks per value head, block b taking the value columns b D / B + warp + 8 i; clusters of 2B.
 template <int kTaps, int B>
 __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStepArgs a) {
     if (!a.late_trigger) pdl_trigger();
