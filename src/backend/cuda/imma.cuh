@@ -64,10 +64,13 @@ DF_DEV uint32_t rep(uint32_t t, uint32_t i) {
 }
 
 // Entry (word >> 7q) & 127 of a 32-fold replicated table of 7-bit indices (entries 128 bytes
-// apart): the rotation puts the index at bit 7, one mask makes it the byte offset.
-DF_DEV uint32_t rep_sign7(uint32_t t, uint32_t word, uint32_t rot7) {
+// apart) at t0, the lane's copy at byte lane4 = 4 (lane % 32) of the entry: the rotation puts
+// the index at bit 7, one LOP3 masks it and ORs the lane's offset in (disjoint bits), and the
+// table's base stays in the load's address (a uniform register): no add per gather.
+DF_DEV uint32_t rep_sign7(uint32_t t0, uint32_t lane4, uint32_t word, uint32_t rot7) {
     uint32_t v;
-    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(t + (__funnelshift_r(word, word, rot7) & (127u << 7))));
+    const uint32_t off = (__funnelshift_r(word, word, rot7) & (127u << 7)) | lane4;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(t0 + off));
     return v;
 }
 
@@ -94,6 +97,7 @@ DF_DEV uint32_t signed4(uint32_t g, uint32_t sel) { return prmt(g, ~g + 0x010101
 // Per-lane constants of a decoder: table bases offset by the lane's replica, q-dependent shifts.
 struct ImmaLane {
     uint32_t grid, sign;    // shared addresses of the tables plus the lane's replica offset
+    uint32_t sign0, lane4;  // the sign table's address and 4 (lane % 32) (rep_sign7)
     uint32_t byte_sel;      // PRMT selector: byte q of a word to byte 0, zeros above
     uint32_t shift7;        // 7 q
     uint32_t rot7;          // (7 q - 7) mod 32: rotating right by it moves bits 7q.. to bit 7
@@ -189,7 +193,8 @@ DF_DEV ImmaLane imma_lane(uint32_t grid, uint32_t sign, int lane) {
     asm volatile("mov.b32 %0, %1;" : "=r"(pos) : "n"(kIq2Pos));  // opaque: stays in a register
     const uint32_t q = static_cast<uint32_t>(lane & 3);
     return {grid + 4u * static_cast<uint32_t>(lane & (GR - 1)), sign + 4u * static_cast<uint32_t>(lane & (SR - 1)),
-            0x4440u | q, 7u * q, (7u * q + 25u) & 31u, pos, static_cast<int>(q)};
+            sign, 4u * static_cast<uint32_t>(lane & 31), 0x4440u | q, 7u * q, (7u * q + 25u) & 31u, pos,
+            static_cast<int>(q)};
 }
 
 template <>
@@ -263,7 +268,7 @@ struct Imma<Type::IQ2_XXS> : ImmaIqHead {
         const uint2 w = lds_u2(r + 8 * m);
         uint32_t sg;
         if constexpr (SR == 32)
-            sg = rep_sign7(l.sign, w.y, l.rot7);
+            sg = rep_sign7(l.sign0, l.lane4, w.y, l.rot7);
         else
             sg = rep<SR>(l.sign, (w.y >> l.shift7) & 127u);
         iq2_bytes(l.pos, rep<GR>(l.grid, prmt(w.x, 0u, l.byte_sel)) | sg, lo, hi);
@@ -323,7 +328,7 @@ struct Imma<Type::IQ3_XXS> : ImmaIqHead {
     template <int GR = kGridR, int SR = kSignR>  // table replication (GEMM stages fewer copies)
     static DF_DEV void row(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t gi = lds_u16(r + 8 * m + 2 * l.q), aux = lds_u32(r + 64 + 4 * m);
-        const uint32_t sg = SR == 32 ? rep_sign7(l.sign, aux, l.rot7) : rep<SR>(l.sign, (aux >> l.shift7) & 127u);
+        const uint32_t sg = SR == 32 ? rep_sign7(l.sign0, l.lane4, aux, l.rot7) : rep<SR>(l.sign, (aux >> l.shift7) & 127u);
         lo = signed4(rep<GR>(l.grid, gi & 255u), sg);
         hi = signed4(rep<GR>(l.grid, gi >> 8), sg >> 16);
         s = 2 * static_cast<int>(aux >> 28) + 1;
