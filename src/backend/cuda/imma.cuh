@@ -715,48 +715,34 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
     int ct = first_tile, cu = first_unit;
     bool seg_whole = first_unit == 0;  // the current tile segment started at the tile's unit 0
 
-    // Columns of tokens >= T hold stale limbs (any values): their sums are never written.
+    // The B fragment of lane l holds token 2 nt + l / 16; columns of tokens >= T are zero (at
+    // T = 1 half of the lanes skip their loads) and their sums are never written.
     auto load_b_all = [&](int u, uint2 (&b)[8][NT], float (&e)[NT]) {
         const uint2* xq = a.xq + static_cast<size_t>(u) * 8 * 32 + lane;  // slab 8u
 #pragma unroll
-        for (int m = 0; m < 8; ++m)
+        for (int nt = 0; nt < NT; ++nt) {
+            const bool live = 2 * nt + (lane >> 4) < a.T;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) b[m][nt] = __ldg(xq + (static_cast<size_t>(nt) * slabs + m) * 32);
+            for (int m = 0; m < 8; ++m) b[m][nt] = live ? __ldg(xq + (static_cast<size_t>(nt) * slabs + m) * 32) : make_uint2(0u, 0u);
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int tok = 2 * nt + (q >> 1);
             e[nt] = tok < a.T ? __ldg(a.xe + static_cast<size_t>(tok) * upt + u) : 0.f;
         }
     };
-    uint2 bn[8];  // T <= 2: the next unit's B fragments and exponent
-    float en = 0.f;
-    auto load_b = [&](int u, uint2 (&b)[8], float& e) {
-        const uint2* xq = a.xq + static_cast<size_t>(u) * 8 * 32 + lane;
-#pragma unroll
-        for (int m = 0; m < 8; ++m) b[m] = __ldg(xq + m * 32);
-        e = (q >> 1) < a.T ? __ldg(a.xe + static_cast<size_t>(q >> 1) * upt + u) : 0.f;
-    };
     pdl_wait();  // activations, counters, partial sums and outputs from here
-    if constexpr (NT == 1)
-        if (cnt > 0) load_b(cu, bn, en);
 
     for (int i = 0; i < cnt; ++i) {
         issue(i + S - 1);
-        cp_async_wait<S - 1>();
-        __syncwarp();
-        // The unit's activations (B fragments, exponents); at T <= 2 they were loaded during the
-        // previous unit and the next unit's are requested now.
+        // The unit's activations (B fragments, exponents), requested before the wait for its
+        // weights: L1/L2 hits whose latency passes while the first slabs are decoded (loading
+        // them a unit ahead cost 16 moves and 16 registers).
         uint2 b[8][NT];
         float e[NT];
-        if constexpr (NT == 1) {
-#pragma unroll
-            for (int m = 0; m < 8; ++m) b[m][0] = bn[m];
-            e[0] = en;
-            const int nu = cu + 1 == upt ? 0 : cu + 1;
-            load_b(nu, bn, en);
-        } else {
-            load_b_all(cu, b, e);
-        }
+        load_b_all(cu, b, e);
+        cp_async_wait<S - 1>();
+        __syncwarp();
 #pragma unroll
         for (int mt = 0; mt < kMats; ++mt) {
             const uint8_t* sb = ring + (i % S) * kStage + mt * kMatStage;
