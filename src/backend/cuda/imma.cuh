@@ -715,13 +715,14 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
     int ct = first_tile, cu = first_unit;
     bool seg_whole = first_unit == 0;  // the current tile segment started at the tile's unit 0
 
-    // The B fragment of lane l holds token 2 nt + l / 16; columns of tokens >= T are zero (at
-    // T = 1 half of the lanes skip their loads) and their sums are never written.
+    // The B fragment of lane l holds token 2 nt + l / 16; columns of tokens >= T hold stale or
+    // zero limbs and their sums are never written. At T = 1 lanes 16-31 skip their loads (half
+    // of the L2 traffic of B); at NT > 1 the selects would cost spills.
     auto load_b_all = [&](int u, uint2 (&b)[8][NT], float (&e)[NT]) {
         const uint2* xq = a.xq + static_cast<size_t>(u) * 8 * 32 + lane;  // slab 8u
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            const bool live = 2 * nt + (lane >> 4) < a.T;
+            const bool live = NT > 1 || (lane >> 4) < a.T;
 #pragma unroll
             for (int m = 0; m < 8; ++m) b[m][nt] = live ? __ldg(xq + (static_cast<size_t>(nt) * slabs + m) * 32) : make_uint2(0u, 0u);
         }
