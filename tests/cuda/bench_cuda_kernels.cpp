@@ -109,6 +109,38 @@ TEST(CudaBench, DISABLED_MatvecBandwidth) {
     }
 }
 
+// Time of one T = 1 call against the number of rows (fixed columns): a straight line through
+// the origin means bytes bound; steps at multiples of the resident warp groups mean rounds of
+// row groups whose last one runs part-empty; the intercept is the launch's fixed cost.
+TEST(CudaBench, DISABLED_MatvecRowsSweep) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    std::printf("%-8s %6s x %-6s %-8s %9s %9s\n", "type", "cols", "rows", "mode", "us", "GB/s");
+    struct Case {
+        Type type;
+        int cols;
+        bool pair;
+    };
+    for (const Case c : {Case{Type::Q8_0, 2560, true}, Case{Type::Q8_0, 9728, false}, Case{Type::Q8_0, 2560, false},
+                         Case{Type::IQ2_XXS, 5120, true}, Case{Type::IQ2_XXS, 5120, false}}) {
+        for (int rows = 512; rows <= 20480; rows += rows < 4096 ? 512 : 1024) {
+            const auto m = random_matrix(c.type, rows, c.cols, g);
+            const Weight w0 = gpu.load_weight(c.type, c.cols, rows, m.data(), m.size());
+            const int copies = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / w0.bytes + 1, 2, 32)) & ~1;
+            std::vector<Weight> ws{w0};
+            for (int i = 1; i < copies; ++i) ws.push_back(gpu.load_weight(c.type, c.cols, rows, m.data(), m.size()));
+            Buf<float> x(gpu, randn(g, c.cols)), out(gpu, rows), scratch(gpu, rows);
+            const double us = c.pair ? time_us([&](int i) { gpu.ffn_gate_up(ws[(2 * i) % copies], ws[(2 * i + 1) % copies], x.p(), 1, out.p(), scratch.p()); }, 40)
+                                     : time_us([&](int i) { gpu.matmul(ws[i % copies], x.p(), 1, out.p(), false); }, 40);
+            const double bytes = (c.pair ? 2.0 : 1.0) * w0.bytes;
+            std::printf("%-8s %6d x %-6d %-8s %9.2f %9.0f\n", type_str(c.type).c_str(), c.cols, rows, c.pair ? "gate+up" : "single", us,
+                        bytes / (us * 1e3));
+            for (const Weight& w : ws) gpu.release(const_cast<void*>(w.data));
+        }
+    }
+}
+
 TEST(CudaBench, DISABLED_GemmThroughput) {
     DF_REQUIRE_CUDA();
     Backend& gpu = *gpu_backend();

@@ -97,6 +97,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* g = std::getenv("DF_CUDA_GDN_FUSED")) gdn_fused_ = std::string(g) != "0";
     if (const char* g = std::getenv("DF_CUDA_GDN_SPLIT")) gdn_split_ = std::atoi(g);
     if (const char* g = std::getenv("DF_CUDA_GDN_LATE")) gdn_late_ = std::string(g) == "1";
+    if (const char* w = std::getenv("DF_CUDA_MATVEC_WPR")) {  // for A/B runs
+        const int n = std::atoi(w);
+        if (n == 1 || n == 2 || n == 4 || n == 8) matvec_wpr_ = n;
+    }
     int major = 0, minor = 0;
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
@@ -293,6 +297,7 @@ QuantMatrix CudaBackend::matrix(const Weight& w) const {
 // per row. (It moves the 4B's q from 4 to 2 warps: 160 units over 128 lanes left a second chunk
 // three quarters idle; k and v from 4 to 8.)
 int CudaBackend::warps_per_row(const Weight& w, int unit, int row_groups) const {
+    if (matvec_wpr_ > 0) return matvec_wpr_;
     const int64_t units = w.cols / unit;
     int wpr = 1;
     while (wpr < 8 && units >= int64_t{2} * 32 * wpr * 8) wpr *= 2;

@@ -172,6 +172,7 @@ private:
     bool imma_ = true;                  // DF_CUDA_MATVEC=f32 selects the f32-FMA matvec instead
     bool gdn_fused_ = true;             // DF_CUDA_GDN_FUSED=0: the GDN mixer as three kernels (A/B runs)
     int gdn_split_ = 4;                 // DF_CUDA_GDN_SPLIT: its blocks per value head
+    int matvec_wpr_ = 0;                // DF_CUDA_MATVEC_WPR: f32 matvec warps per row forced (1, 2, 4, 8)
     bool gdn_late_ = false;             // DF_CUDA_GDN_LATE=1: its PDL trigger after the delta rule
     uint2* xq_ = nullptr;               // converted activations of the imma matvec
     float* xe_ = nullptr;

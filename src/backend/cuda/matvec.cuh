@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             float xv[NT][8];
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
-                if (t < a.T) {
+                if (NT == 1 || t < a.T) {  // a one-token kernel has T = 1
                     const float4* xp = reinterpret_cast<const float4*>(xb + t * xstride + 8 * g);
                     const float4 lo = xp[0], hi = xp[1];
                     xv[t][0] = lo.x; xv[t][1] = lo.y; xv[t][2] = lo.z; xv[t][3] = lo.w;
@@ -317,7 +317,11 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             return;
         }
     }
-    int rg = blockIdx.x * groups_per_block + gw, ch = 0;
+    // Round k gives row group k * stride + gw * gridDim.x + blockIdx.x to group gw of a block:
+    // a last, part-full round keeps some groups of every block busy (so of every SM), where
+    // block-major numbering left whole blocks idle and others full. Which warp does a row group
+    // does not change its sums.
+    int rg = gw * gridDim.x + blockIdx.x, ch = 0;
     auto step = [&](int& g, int& c) {  // the chunk after chunk c of row group g, for this warp group
         if (++c == chunks) {
             c = 0;
@@ -347,31 +351,47 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         uint8_t* ring = reinterpret_cast<uint8_t*>(xs) + warp * matvec_ring_warp_bytes<R>(kRing);
         uint8_t* ring_b = ring + lane * kRingBody;
         uint8_t* ring_h = ring + kRing * R * 32 * kRingBody + lane * kRingHead;
-        auto issue = [&](int slot, int g, int c) {  // chunk c of row group g into `slot`
-            if (g < row_groups) {
-                const Seg sg = seg_of(g);
-                const int u = c * chunk_units + li;
-                if (u < n_units) {
+        // The copy cursor (qg, qc) walks ahead of the consumer; the start addresses of its row
+        // group's rows are set once per row group, so a chunk's copies cost one add per address
+        // (the lane's body offset 16 u; its head word's offset past the head array).
+        const uint8_t* rowp[R];
+        auto set_rows = [&](int g) {
+            if (g >= row_groups) return;
+            const Seg sg = seg_of(g);
 #pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        const uint8_t* b = row_base(sg, g, r);
-                        cp_async<kRingBody>(ring_b + (slot * R + r) * 32 * kRingBody, b + static_cast<size_t>(u) * kRingBody);
-                        // The aligned word of the head array holding the unit's scale (it may
-                        // reach 2 bytes past an odd-length array: inside the row's 16-byte padding).
-                        cp_async<kRingHead>(ring_h + (slot * R + r) * 32 * kRingHead,
-                                            b + a.w.head_off + kRingHead * static_cast<size_t>(scale_index(u) >> 1));
-                    }
+            for (int r = 0; r < R; ++r) rowp[r] = row_base(sg, g, r);
+        };
+        constexpr int kPerBlock = Q::kBlock / Q::kUnit;  // units per block: 2 (Q8_0) or 1
+        static_assert(kPerBlock == 1 || kPerBlock == 2, "a head word holds the scales of 2 blocks");
+        const uint32_t lane_body = kRingBody * li,
+                       lane_head = static_cast<uint32_t>(a.w.head_off) + kRingHead * (scale_index(li) >> 1);
+        auto issue = [&](int slot, int g, int c) {  // chunk c of row group g into `slot`
+            const int u = c * chunk_units + li;
+            if (g < row_groups && u < n_units) {
+                // chunk_units is a multiple of 32: the chunk adds whole head words.
+                const uint32_t ob = lane_body + kRingBody * c * chunk_units, oh = lane_head + 2 * c * chunk_units / kPerBlock;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    cp_async<kRingBody>(ring_b + (slot * R + r) * 32 * kRingBody, rowp[r] + ob);
+                    // The aligned word of the head array holding the unit's scale (it may
+                    // reach 2 bytes past an odd-length array: inside the row's 16-byte padding).
+                    cp_async<kRingHead>(ring_h + (slot * R + r) * 32 * kRingHead, rowp[r] + oh);
                 }
             }
             cp_async_commit();  // one group per chunk, empty past the end: wait counts stay uniform
         };
+        auto step_issue = [&](int& g, int& c) {
+            step(g, c);
+            if (c == 0) set_rows(g);
+        };
         // The sequence of (row group, chunk) this warp group walks; the first kRing requested
         // before pdl_wait (weights only).
         int qg = rg, qc = 0;
+        set_rows(qg);
 #pragma unroll
         for (int k = 0; k < kRing; ++k) {
             issue(k, qg, qc);
-            step(qg, qc);
+            step_issue(qg, qc);
         }
         pdl_wait();
         for (int k = 0; rg < row_groups; ++k) {
@@ -390,7 +410,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                 cur[0][r].d = f16_bits_to_f32((scale_index(u) & 1) ? h >> 16 : h);  // the unit's block's scale
             }
             issue(slot, qg, qc);  // the slot is read: chunk k + kRing goes there
-            step(qg, qc);
+            step_issue(qg, qc);
             if (u < n_units) consume(cur[0], u);
             int nrg, nch;
             advance(nrg, nch);
