@@ -115,6 +115,19 @@ DF_DEV void pdl_begin() {
 
 DF_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
+// Shared-memory loads from shared-window addresses. Volatile: they stay ordered with the cp.async
+// copies and waits (also volatile asm) that fill the same bytes.
+DF_DEV uint4 lds128_at(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+DF_DEV uint32_t lds32_at(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+
 // A release + acquire fence at GPU scope: lighter than __threadfence()'s sequentially consistent one.
 DF_DEV void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 

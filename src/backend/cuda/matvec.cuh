@@ -141,7 +141,9 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
 
     // Decodes unit u of each row and accumulates its dot with the activations of the unit,
     // token t's at xb + t * xstride (global memory, or the block's shared-memory stage).
+    constexpr bool kOneScale = matvec_ring_type<TY>();  // the ring types: one scale per unit
     auto consume_from = [&](const Raw (&raw)[R], const float* xb, size_t xstride) {
+        float dot[R][NT];  // the unit's chain so far (kOneScale)
 #pragma unroll
         for (int g = 0; g < kGroups; ++g) {
             float xv[NT][8];
@@ -163,15 +165,19 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                 const float s = Q::group(raw[r], g, w, tab);
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
-                    float d = w[0] * xv[t][0];
+                    // One scale for the whole unit: the groups' products form one chain, scaled once.
+                    float d = kOneScale && g > 0 ? fmaf(w[0], xv[t][0], dot[r][t]) : w[0] * xv[t][0];
 #pragma unroll
                     for (int j = 1; j < 8; ++j) d = fmaf(w[j], xv[t][j], d);
-                    acc[r][t] = fmaf(s, d, acc[r][t]);
+                    if (!kOneScale || g == kGroups - 1)
+                        acc[r][t] = fmaf(s, d, acc[r][t]);
+                    else
+                        dot[r][t] = d;
                 }
             }
         }
     };
-    const bool fold = NT == 1 && a.norm_x;
+    const bool fold = kRing == 0 && NT == 1 && a.norm_x;  // the ring kernels are launched without a fold
     auto consume = [&](const Raw (&raw)[R], int u) {
         if (fold)
             consume_from(raw, xs + u * XS, 0);
@@ -348,9 +354,11 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         auto scale_index = [](int u) { return u / (Q::kBlock / Q::kUnit); };
         // This lane's slots: body of (slot, row) at ring_b + (slot * R + r) * 32 * kRingBody, head
         // word at ring_h + (slot * R + r) * 32 * kRingHead.
-        uint8_t* ring = reinterpret_cast<uint8_t*>(xs) + warp * matvec_ring_warp_bytes<R>(kRing);
-        uint8_t* ring_b = ring + lane * kRingBody;
-        uint8_t* ring_h = ring + kRing * R * 32 * kRingBody + lane * kRingHead;
+        // (Shared-window addresses, formed once: from generic pointers the compiler re-derived
+        // the window base in every iteration.)
+        const uint32_t ring = smem_addr(xs) + warp * static_cast<uint32_t>(matvec_ring_warp_bytes<R>(kRing));
+        const uint32_t ring_b = ring + lane * kRingBody;
+        const uint32_t ring_h = ring + kRing * R * 32 * kRingBody + lane * kRingHead;
         // The copy cursor (qg, qc) walks ahead of the consumer; the start addresses of its row
         // group's rows are set once per row group, so a chunk's copies cost one add per address
         // (the lane's body offset 16 u; its head word's offset past the head array).
@@ -401,8 +409,8 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             const int u = ch * chunk_units + li;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const uint4 body = *reinterpret_cast<const uint4*>(ring_b + (slot * R + r) * 32 * kRingBody);
-                const uint32_t h = *reinterpret_cast<const uint32_t*>(ring_h + (slot * R + r) * 32 * kRingHead);
+                const uint4 body = lds128_at(ring_b + (slot * R + r) * 32 * kRingBody);
+                const uint32_t h = lds32_at(ring_h + (slot * R + r) * 32 * kRingHead);
                 cur[0][r].q[0] = body.x;
                 cur[0][r].q[1] = body.y;
                 cur[0][r].q[2] = body.z;
