@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             for (int r = 0; r < R; ++r) rowp[r] = row_base(sg, g, r);
         };
         constexpr int kPerBlock = Q::kBlock / Q::kUnit;  // units per block: 2 (Q8_0) or 1
-        static_assert(kPerBlock == 1 || kPerBlock == 2, "a head word holds the scales of 2 blocks");
+        static_assert(kPerBlock == 1 || kPerBlock == 2, "a ring unit is a block or half of one");
         const uint32_t lane_body = kRingBody * li,
                        lane_head = static_cast<uint32_t>(a.w.head_off) + kRingHead * (scale_index(li) >> 1);
         auto issue = [&](int slot, int g, int c) {  // chunk c of row group g into `slot`
