@@ -283,6 +283,11 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
     };
 
+    // Round k gives row group k * stride + gw * gridDim.x + blockIdx.x to group gw of a block:
+    // a last, part-full round keeps some groups of every block busy (so of every SM), where
+    // block-major numbering left whole blocks idle and others full. Which warp does a row group
+    // does not change its sums.
+    const int first_rg = gw * gridDim.x + blockIdx.x;
     if constexpr (NT > 1) {
         if (a.stage_x) {
             // T > 1: the activations of one chunk of columns are staged in shared memory for all
@@ -290,8 +295,10 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             // pair); the groups walk their row groups and chunks in lockstep. Each unit's row is
             // padded by 4 floats so consecutive lanes hit distinct banks.
             pdl_wait();
-            for (int rg0 = blockIdx.x * groups_per_block; rg0 < row_groups; rg0 += stride) {
-                const int my_rg = rg0 + gw;
+            // Round k while any group of the block has a row group (the block-uniform bound keeps
+            // the barriers below reached by every thread); numbered as above.
+            for (int k = 0; k * stride + static_cast<int>(blockIdx.x) < row_groups; ++k) {
+                const int my_rg = k * stride + first_rg;
                 const bool live = my_rg < row_groups;
                 fetch_old(my_rg);
                 for (int c = 0; c < chunks; ++c) {
@@ -323,11 +330,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             return;
         }
     }
-    // Round k gives row group k * stride + gw * gridDim.x + blockIdx.x to group gw of a block:
-    // a last, part-full round keeps some groups of every block busy (so of every SM), where
-    // block-major numbering left whole blocks idle and others full. Which warp does a row group
-    // does not change its sums.
-    int rg = gw * gridDim.x + blockIdx.x, ch = 0;
+    int rg = first_rg, ch = 0;
     auto step = [&](int& g, int& c) {  // the chunk after chunk c of row group g, for this warp group
         if (++c == chunks) {
             c = 0;
