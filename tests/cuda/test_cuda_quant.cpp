@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <utility>
 
 #include "backend/cuda/backend_cuda.h"
 #include "quant_test_util.h"
@@ -375,6 +376,73 @@ TEST(CudaMatvecSegments, HeldBackGroupMatchesCpuAndOneTokenResults) {
         for (const Weight& w : wg) gpu.release(const_cast<void*>(w.data));
     }
 }
+
+// Two lone imma matmuls of a built type pair held back together run as one two-part launch
+// (imma_two.cuh): each output matches the CPU with and without it, a token's row of a T <= 8
+// call equals its one-token result bit for bit, and the group's stacked f32 matvecs (then on a
+// side stream, as unit 0 of the group) are unaffected.
+class CudaImmaTwo : public ::testing::TestWithParam<std::pair<Type, Type>> {};
+
+TEST_P(CudaImmaTwo, HeldBackPairMatchesCpuAndOneTokenResults) {
+    DF_REQUIRE_CUDA();
+    const auto [ta, tb] = GetParam();
+    ASSERT_NE(cuda::imma_two(tb, ta), nullptr) << "a pair of the 27B preset is built";
+    EXPECT_EQ(cuda::imma_two(Type::Q4_K, Type::Q5_K), nullptr);
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    auto g = test_rng();
+    const int cols = 1280;
+    const std::vector<Type> types = {Type::Q8_0, ta, tb, Type::Q8_0};  // the pair as built in reverse order
+    const std::vector<int> rows = {48, 203, 96, 52};
+    std::vector<std::vector<uint8_t>> m;
+    std::vector<Weight> wc, wg;
+    std::vector<std::vector<float>> wf;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        m.push_back(random_matrix(types[i], rows[i], cols, g));
+        wc.push_back(cpu.load_weight(types[i], cols, rows[i], m.back().data(), m.back().size()));
+        wg.push_back(gpu.load_weight(types[i], cols, rows[i], m.back().data(), m.back().size()));
+        wf.push_back(dequant_matrix(types[i], m.back(), rows[i], cols));
+    }
+    ASSERT_TRUE(cuda.matvec_on_tensor_cores(wg[1], 1) && cuda.matvec_on_tensor_cores(wg[2], 1));
+    auto run = [&](Backend& be, const std::vector<Weight>& w, const std::vector<float>& x, int T) {
+        Buf<float> xb(be, x);
+        std::vector<std::unique_ptr<Buf<float>>> o;
+        for (int r : rows) o.push_back(std::make_unique<Buf<float>>(be, static_cast<size_t>(T) * r));
+        for (auto& b : o) b->poison();
+        for (size_t i = 0; i < rows.size(); ++i) be.matmul(w[i], xb.p(), T, o[i]->p(), false);
+        std::vector<std::vector<float>> out;
+        for (auto& b : o) out.push_back(b->get());
+        return out;
+    };
+    for (bool two : {true, false}) {
+        cuda.set_imma_two(two);
+        for (int T : {1, 3, 8}) {
+            SCOPED_TRACE(std::string(two ? "one launch" : "two launches") + " T " + std::to_string(T));
+            const auto x = randn(g, static_cast<size_t>(T) * cols);
+            const auto ref = run(cpu, wc, x, T), got = run(gpu, wg, x, T);
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const auto ad = abs_dots(wf[i], x, rows[i], cols, T);
+                std::vector<float> tol(ad.size());
+                for (size_t k = 0; k < ad.size(); ++k) tol[k] = dot_tol(ad[k], cols, T, true);
+                EXPECT_TRUE(all_close(got[i], ref[i], tol)) << "matrix " << i;
+            }
+            for (int tt = 0; tt < T && T > 1; ++tt) {
+                const std::vector<float> x1(x.begin() + static_cast<size_t>(tt) * cols, x.begin() + static_cast<size_t>(tt + 1) * cols);
+                const auto one = run(gpu, wg, x1, 1);
+                for (size_t i = 0; i < rows.size(); ++i)
+                    EXPECT_EQ(0, std::memcmp(one[i].data(), got[i].data() + static_cast<size_t>(tt) * rows[i], rows[i] * 4))
+                        << "matrix " << i << " token " << tt;
+            }
+        }
+    }
+    cuda.set_imma_two(true);
+    for (const Weight& w : wg) gpu.release(const_cast<void*>(w.data));
+}
+
+INSTANTIATE_TEST_SUITE_P(BuiltPairs, CudaImmaTwo,
+                         ::testing::Values(std::make_pair(Type::IQ2_XXS, Type::IQ2_XS), std::make_pair(Type::Q5_K, Type::IQ3_XXS)),
+                         [](const auto& p) { return type_str(p.param.first) + "_" + type_str(p.param.second); });
 
 // The one-token Q8_0 / Q4_0 / IQ4_NL matvec through per-warp cp.async rings (DF_CUDA_MATVEC_RING)
 // reads the same units in the same order: every depth gives the register kernel's bits, for

@@ -94,6 +94,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
     if (const char* f = std::getenv("DF_CUDA_FOLD_NORM")) fold_norm_ = std::string(f) == "1";
     if (const char* m = std::getenv("DF_CUDA_MERGE_MATVEC")) merge_matvecs_ = std::string(m) != "0";
+    if (const char* m = std::getenv("DF_CUDA_IMMA_TWO")) imma_two_ = std::string(m) != "0";
     if (const char* g = std::getenv("DF_CUDA_GDN_FUSED")) gdn_fused_ = std::string(g) != "0";
     if (const char* g = std::getenv("DF_CUDA_GDN_SPLIT")) gdn_split_ = std::atoi(g);
     if (const char* g = std::getenv("DF_CUDA_GDN_LATE")) gdn_late_ = std::string(g) == "1";
@@ -561,18 +562,69 @@ void CudaBackend::flush_matmuls() {
         else
             run_matvec_segs(group, k, s, f, first);
     };
-    if (units > 1) {
+    // Two lone imma matmuls of a built type pair run as one launch on the main stream (imma_two.cuh);
+    // the other units (unit 0 too, if it is not one of them) go to side streams.
+    int two[2] = {-1, -1};
+    const ImmaTwoFn two_fn = imma_two_ ? find_imma_two(unit_of, units, two) : nullptr;
+    int sides = 0;
+    if (units > (two_fn ? 2 : 1)) {
         // Fork: the side streams start after everything already on the main stream.
         DF_CUDA_CHECK(cudaEventRecord(fork_, stream_));
-        for (int u = 1; u < units; ++u) {
-            DF_CUDA_CHECK(cudaStreamWaitEvent(side_[u - 1], fork_, 0));
-            run_unit(u, side_[u - 1], false);
-            DF_CUDA_CHECK(cudaEventRecord(join_[u - 1], side_[u - 1]));
+        for (int u = two_fn ? 0 : 1; u < units; ++u) {
+            if (u == two[0] || u == two[1]) continue;
+            DF_CUDA_CHECK(cudaStreamWaitEvent(side_[sides], fork_, 0));
+            run_unit(u, side_[sides], false);
+            DF_CUDA_CHECK(cudaEventRecord(join_[sides], side_[sides]));
+            ++sides;
         }
     }
-    run_unit(0, stream_, true);
-    for (int u = 1; u < units; ++u) DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_[u - 1], 0));
+    if (two_fn)
+        run_imma_two(two_fn, unit_of, two);
+    else
+        run_unit(0, stream_, true);
+    for (int i = 0; i < sides; ++i) DF_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_[i], 0));
     pending_.clear();
+}
+
+// The launch units (two[0], two[1]) of the first two lone imma matmuls of the pending group whose
+// type pair has a two-part kernel, in the order it takes them; nullptr if none.
+ImmaTwoFn CudaBackend::find_imma_two(const int* unit_of, int units, int (&two)[2]) const {
+    int members[kStreams] = {}, first[kStreams];
+    for (size_t i = 0; i < pending_.size(); ++i)
+        if (members[unit_of[i]]++ == 0) first[unit_of[i]] = static_cast<int>(i);
+    int cand[2], k = 0;
+    for (int u = 0; u < units && k < 2; ++u)
+        if (members[u] == 1 && use_imma(pending_[first[u]].w, pending_T_)) cand[k++] = u;
+    if (k < 2) return nullptr;
+    const quant::Type a = pending_[first[cand[0]]].w.type, b = pending_[first[cand[1]]].w.type;
+    if (ImmaTwoFn f = imma_two(a, b)) {
+        two[0] = cand[0];
+        two[1] = cand[1];
+        return f;
+    }
+    if (ImmaTwoFn f = imma_two(b, a)) {
+        two[0] = cand[1];
+        two[1] = cand[0];
+        return f;
+    }
+    return nullptr;
+}
+
+// The imma grid split between the two parts by weight bytes (shapes only: T <= 8 cannot change
+// the stream-K splits); part b's scratch is the last side stream's, which no side launch of a
+// group uses (at most kSideStreams - 1 other units).
+void CudaBackend::run_imma_two(ImmaTwoFn fn, const int* unit_of, const int (&two)[2]) {
+    const PendingMatmul* m[2] = {};
+    for (size_t i = 0; i < pending_.size(); ++i)
+        for (int k = 0; k < 2; ++k)
+            if (unit_of[i] == two[k]) m[k] = &pending_[i];
+    ImmaArgs a = imma_args(m[0]->w, nullptr, pending_T_, m[0]->out, m[0]->accumulate, stream_);
+    ImmaArgs b = imma_args(m[1]->w, nullptr, pending_T_, m[1]->out, m[1]->accumulate, side_[kSideStreams - 1]);
+    const int total = imma_blocks();
+    const double ba = static_cast<double>(m[0]->w.bytes), bb = static_cast<double>(m[1]->w.bytes);
+    a.blocks = std::clamp(static_cast<int>(total * ba / (ba + bb) + 0.5), 1, total - 1);
+    b.blocks = total - a.blocks;
+    fn(a, b, stream_);
 }
 
 // Whether pending matmul b may share a's f32 matvec launch: same layout and accumulation, rows

@@ -71,6 +71,12 @@ public:
     void set_split_gemm(bool split) { split_gemm_ = split; }
     // Whether a T-token matmul of w runs on the integer tensor cores (imma.cuh); for tests.
     bool matvec_on_tensor_cores(const Weight& w, int T) const { return use_imma(w, T); }
+    // Two imma matmuls of a held-back group as one launch where their type pair is built
+    // (imma_two.cuh; on by default, DF_CUDA_IMMA_TWO=0 turns it off). For tests and A/B runs.
+    void set_imma_two(bool on) {
+        flush();
+        imma_two_ = on;
+    }
     // Prefill GEMM on exact f16 weights (gemm_q.cuh) where the type has it: on by default
     // (DF_CUDA_QGEMM=0 turns it off); off, the dequantizing bf16 GEMM runs. For tests and A/B runs.
     void set_qgemm(bool on) {
@@ -126,6 +132,9 @@ private:
     void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
                     bool may_split = false, const PendingNorm* fold = nullptr, bool write_norm = false);
     void flush_matmuls();
+    bool imma_two_ = true;
+    ImmaTwoFn find_imma_two(const int* unit_of, int units, int (&two)[2]) const;
+    void run_imma_two(ImmaTwoFn fn, const int* unit_of, const int (&two)[2]);
     // Pending f32 matvecs of one layout run as one launch of up to kMatvecSegs matrices
     // (DF_CUDA_MERGE_MATVEC=0: one launch each, on parallel streams).
     bool merge_matvecs_ = true;

@@ -76,4 +76,16 @@ const QuantOps* quant_ops(quant::Type t) {
     }
 }
 
+#define DF_Y(a, b) extern const ImmaTwoFn kImmaTwo_##a##_##b;
+#include "backend/cuda/imma_two_types.inc"
+#undef DF_Y
+
+ImmaTwoFn imma_two(quant::Type a, quant::Type b) {
+#define DF_Y(x, y) \
+    if (a == quant::Type::x && b == quant::Type::y) return kImmaTwo_##x##_##y;
+#include "backend/cuda/imma_two_types.inc"
+#undef DF_Y
+    return nullptr;
+}
+
 }  // namespace df::cuda

@@ -626,8 +626,10 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
     imma_write<NT, kMats>(a, tile, lane, v);
 }
 
+// The kernel's work as block `block` of a grid of `blocks` (imma_kernel's whole grid, or one part
+// of a two-matrix launch: imma_two.cuh).
 template <Type TY, int NT, bool kPair>
-__global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a) {
+DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
     using I = Imma<TY>;
     constexpr int kMats = kPair ? 2 : 1, S = imma_stages<I, kMats>(), kStage = imma_stage_bytes<I, kMats>();
     constexpr int kMatStage = 16 * I::kStride + 16 * I::kHead;
@@ -641,8 +643,8 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int rows = a.w.rows, upt = a.w.cols / kImmaUnit, slabs = a.w.cols / 32, tiles = (rows + 15) / 16;
     const uint32_t units = static_cast<uint32_t>(tiles) * upt;
-    const ImmaSplit split{units, min(gridDim.x * kImmaWarps, units)};
-    const uint32_t w = blockIdx.x * kImmaWarps + warp;
+    const ImmaSplit split{units, min(blocks * kImmaWarps, units)};
+    const uint32_t w = block * kImmaWarps + warp;
     const uint32_t x0 = w < split.warps ? split.start(w) : units;
     const int cnt = w < split.warps ? static_cast<int>(split.start(w + 1) - x0) : 0;
     uint8_t* const ring = smem + imma_tabs_bytes<I>() + warp * S * kStage;
@@ -796,6 +798,11 @@ __global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a)
 }
 
 template <Type TY, int NT, bool kPair>
+__global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a) {
+    imma_body<TY, NT, kPair>(a, blockIdx.x, gridDim.x);
+}
+
+template <Type TY, int NT, bool kPair>
 void imma_launch_kernel(const ImmaArgs& a, cudaStream_t s) {
     constexpr int smem = imma_smem_bytes<Imma<TY>, kPair ? 2 : 1>();
     static_assert(smem <= 227 * 1024, "imma: the block's shared memory exceeds the sm_90 limit");
@@ -821,7 +828,7 @@ void imma_launch(const ImmaArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.w.cols % kImmaUnit == 0, "imma matvec: cols must be a multiple of 256");
     DF_CUDA_REQUIRE(!a.up || !a.accumulate, "imma matvec: fused gate/up does not accumulate");
     DF_CUDA_REQUIRE(a.blocks >= 1 && a.partial && a.counters, "imma matvec: no grid or scratch");
-    if (a.T <= 2)
+    if (a.T <= 2)  // imma_two.cuh maps T the same way
         imma_launch_nt<TY, 1>(a, s);
     else if (a.T <= 4)
         imma_launch_nt<TY, 2>(a, s);

@@ -123,6 +123,12 @@ struct ImmaArgs {
     const ImmaTables* itables = nullptr;
 };
 
+// Two imma matmuls over the same activations as one launch (imma_two.cuh): a.blocks + b.blocks
+// blocks, each part with its own scratch; for the type pairs built (DF_CUDA_IMMA_TWO in
+// CMakeLists.txt), else nullptr.
+using ImmaTwoFn = void (*)(const ImmaArgs& a, const ImmaArgs& b, cudaStream_t s);
+ImmaTwoFn imma_two(quant::Type a, quant::Type b);
+
 // The same product as GemmArgs on exact f16 weights (gemm_q.cuh), from activations that
 // launch_gemm_act has converted; for types with an integer decoder.
 struct QGemmArgs {
