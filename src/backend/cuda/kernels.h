@@ -117,7 +117,7 @@ struct ImmaArgs {
     int T = 0;
     float* out = nullptr;
     bool accumulate = false;
-    int blocks = 0;                // grid: 2 per SM (stream-K; a function of the device only)
+    int blocks = 0;                // grid (or its part: imma_two.cuh): 2 per SM in all; a function of device and shapes only (stream-K)
     float* partial = nullptr;      // per-stream scratch of imma_scratch_bytes(blocks)
     unsigned* counters = nullptr;  // per-stream, one per 16-row tile, zero between calls
     const ImmaTables* itables = nullptr;
