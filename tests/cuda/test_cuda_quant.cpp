@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -324,78 +325,16 @@ TEST(CudaBatchInvariance, MatvecAndGateUpRowsEqualOneTokenResults) {
     }
 }
 
-// Matmuls held back together (same activations) whose f32 matvecs share a layout run as one
-// launch over their stacked rows (MatvecArgs::segs): each output matches the CPU, a token's row
-// of a T <= 8 call equals its one-token result bit for bit, and a member of another shape (203
-// rows: not a multiple of 4) in the same group keeps its own launch.
-TEST(CudaMatvecSegments, HeldBackGroupMatchesCpuAndOneTokenResults) {
-    DF_REQUIRE_CUDA();
+// Matmuls of types[i] (rows[i] x cols) over one input, issued back to back so the CUDA backend
+// holds them back and launches them as a group: every output matches the CPU, and a token's row
+// of a T-token call equals its one-token result bit for bit (speculative verify must reproduce
+// plain decoding). `check` sees the loaded CUDA weights first.
+void check_held_back_group(const std::vector<Type>& types, const std::vector<int>& rows, int cols,
+                           const std::vector<int>& Ts, std::mt19937_64& g,
+                           const std::function<void(const std::vector<Weight>&)>& check = {}) {
     Backend& cpu = *cpu_backend();
     Backend& gpu = *gpu_backend();
-    auto g = test_rng();
-    for (Type t : {Type::Q8_0, Type::Q6_K, Type::IQ4_NL, Type::F32}) {
-        const int cols = 2560;
-        const std::vector<int> rows = {256, 64, 68, 203};
-        std::vector<std::vector<uint8_t>> m;
-        std::vector<Weight> wc, wg;
-        for (int r : rows) {
-            m.push_back(random_matrix(t, r, cols, g));
-            wc.push_back(cpu.load_weight(t, cols, r, m.back().data(), m.back().size()));
-            wg.push_back(gpu.load_weight(t, cols, r, m.back().data(), m.back().size()));
-        }
-        auto run = [&](Backend& be, const std::vector<Weight>& w, const std::vector<float>& x, int T) {
-            Buf<float> xb(be, x);
-            std::vector<std::unique_ptr<Buf<float>>> o;
-            for (int r : rows) o.push_back(std::make_unique<Buf<float>>(be, static_cast<size_t>(T) * r));
-            for (auto& b : o) b->poison();
-            for (size_t i = 0; i < rows.size(); ++i) be.matmul(w[i], xb.p(), T, o[i]->p(), false);
-            std::vector<std::vector<float>> out;
-            for (auto& b : o) out.push_back(b->get());
-            return out;
-        };
-        std::vector<std::vector<float>> wf;
-        for (size_t i = 0; i < rows.size(); ++i) wf.push_back(dequant_matrix(t, m[i], rows[i], cols));
-        for (int T : {1, 3, 8}) {
-            SCOPED_TRACE(type_str(t) + " T " + std::to_string(T));
-            const auto x = randn(g, static_cast<size_t>(T) * cols);
-            const auto ref = run(cpu, wc, x, T), got = run(gpu, wg, x, T);
-            for (size_t i = 0; i < rows.size(); ++i) {
-                const auto ad = abs_dots(wf[i], x, rows[i], cols, T);
-                std::vector<float> tol(ad.size());
-                for (size_t k = 0; k < ad.size(); ++k) tol[k] = dot_tol(ad[k], cols, T, true);
-                EXPECT_TRUE(all_close(got[i], ref[i], tol)) << "matrix " << i;
-            }
-            for (int tt = 0; tt < T && T > 1; ++tt) {
-                const std::vector<float> x1(x.begin() + static_cast<size_t>(tt) * cols, x.begin() + static_cast<size_t>(tt + 1) * cols);
-                const auto one = run(gpu, wg, x1, 1);
-                for (size_t i = 0; i < rows.size(); ++i)
-                    EXPECT_EQ(0, std::memcmp(one[i].data(), got[i].data() + static_cast<size_t>(tt) * rows[i], rows[i] * 4))
-                        << "matrix " << i << " token " << tt;
-            }
-        }
-        for (const Weight& w : wg) gpu.release(const_cast<void*>(w.data));
-    }
-}
-
-// Two lone imma matmuls of a built type pair held back together run as one two-part launch
-// (imma_two.cuh): each output matches the CPU with and without it, a token's row of a T <= 8
-// call equals its one-token result bit for bit, and the group's stacked f32 matvecs (then on a
-// side stream, as unit 0 of the group) are unaffected.
-class CudaImmaTwo : public ::testing::TestWithParam<std::pair<Type, Type>> {};
-
-TEST_P(CudaImmaTwo, HeldBackPairMatchesCpuAndOneTokenResults) {
-    DF_REQUIRE_CUDA();
-    const auto [ta, tb] = GetParam();
-    ASSERT_NE(cuda::imma_two(tb, ta), nullptr) << "a pair of the 27B preset is built";
-    EXPECT_EQ(cuda::imma_two(Type::Q4_K, Type::Q5_K), nullptr);
-    Backend& cpu = *cpu_backend();
-    Backend& gpu = *gpu_backend();
-    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
-    auto g = test_rng();
-    const int cols = 1280;
-    const std::vector<Type> types = {Type::Q8_0, ta, tb, Type::Q8_0};  // the pair as built in reverse order
-    const std::vector<int> rows = {48, 203, 96, 52};
-    std::vector<std::vector<uint8_t>> m;
+    std::vector<std::vector<uint8_t>> m;  // the CPU backend's weights point into these
     std::vector<Weight> wc, wg;
     std::vector<std::vector<float>> wf;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -404,7 +343,11 @@ TEST_P(CudaImmaTwo, HeldBackPairMatchesCpuAndOneTokenResults) {
         wg.push_back(gpu.load_weight(types[i], cols, rows[i], m.back().data(), m.back().size()));
         wf.push_back(dequant_matrix(types[i], m.back(), rows[i], cols));
     }
-    ASSERT_TRUE(cuda.matvec_on_tensor_cores(wg[1], 1) && cuda.matvec_on_tensor_cores(wg[2], 1));
+    if (check) check(wg);
+    if (::testing::Test::HasFatalFailure()) {  // the check's ASSERTs end the test
+        for (const Weight& w : wg) gpu.release(const_cast<void*>(w.data));
+        return;
+    }
     auto run = [&](Backend& be, const std::vector<Weight>& w, const std::vector<float>& x, int T) {
         Buf<float> xb(be, x);
         std::vector<std::unique_ptr<Buf<float>>> o;
@@ -415,29 +358,62 @@ TEST_P(CudaImmaTwo, HeldBackPairMatchesCpuAndOneTokenResults) {
         for (auto& b : o) out.push_back(b->get());
         return out;
     };
-    for (bool two : {true, false}) {
-        cuda.set_imma_two(two);
-        for (int T : {1, 3, 8}) {
-            SCOPED_TRACE(std::string(two ? "one launch" : "two launches") + " T " + std::to_string(T));
-            const auto x = randn(g, static_cast<size_t>(T) * cols);
-            const auto ref = run(cpu, wc, x, T), got = run(gpu, wg, x, T);
-            for (size_t i = 0; i < rows.size(); ++i) {
-                const auto ad = abs_dots(wf[i], x, rows[i], cols, T);
-                std::vector<float> tol(ad.size());
-                for (size_t k = 0; k < ad.size(); ++k) tol[k] = dot_tol(ad[k], cols, T, true);
-                EXPECT_TRUE(all_close(got[i], ref[i], tol)) << "matrix " << i;
-            }
-            for (int tt = 0; tt < T && T > 1; ++tt) {
-                const std::vector<float> x1(x.begin() + static_cast<size_t>(tt) * cols, x.begin() + static_cast<size_t>(tt + 1) * cols);
-                const auto one = run(gpu, wg, x1, 1);
-                for (size_t i = 0; i < rows.size(); ++i)
-                    EXPECT_EQ(0, std::memcmp(one[i].data(), got[i].data() + static_cast<size_t>(tt) * rows[i], rows[i] * 4))
-                        << "matrix " << i << " token " << tt;
-            }
+    for (int T : Ts) {
+        SCOPED_TRACE("T " + std::to_string(T));
+        const auto x = randn(g, static_cast<size_t>(T) * cols);
+        const auto ref = run(cpu, wc, x, T), got = run(gpu, wg, x, T);
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const auto ad = abs_dots(wf[i], x, rows[i], cols, T);
+            std::vector<float> tol(ad.size());
+            for (size_t k = 0; k < ad.size(); ++k) tol[k] = dot_tol(ad[k], cols, T, true);
+            EXPECT_TRUE(all_close(got[i], ref[i], tol)) << "matrix " << i;
+        }
+        for (int tt = 0; tt < T && T > 1; ++tt) {
+            const std::vector<float> x1(x.begin() + static_cast<size_t>(tt) * cols, x.begin() + static_cast<size_t>(tt + 1) * cols);
+            const auto one = run(gpu, wg, x1, 1);
+            for (size_t i = 0; i < rows.size(); ++i)
+                EXPECT_EQ(0, std::memcmp(one[i].data(), got[i].data() + static_cast<size_t>(tt) * rows[i], rows[i] * 4))
+                    << "matrix " << i << " token " << tt;
         }
     }
-    cuda.set_imma_two(true);
     for (const Weight& w : wg) gpu.release(const_cast<void*>(w.data));
+}
+
+// Matmuls held back together (same activations) whose f32 matvecs share a layout run as one
+// launch over their stacked rows (MatvecArgs::segs), and a member of another shape (203 rows: not
+// a multiple of 4) in the same group keeps its own launch; check_held_back_group's guarantees.
+TEST(CudaMatvecSegments, HeldBackGroupMatchesCpuAndOneTokenResults) {
+    DF_REQUIRE_CUDA();
+    auto g = test_rng();
+    for (Type t : {Type::Q8_0, Type::Q6_K, Type::IQ4_NL, Type::F32}) {
+        SCOPED_TRACE(type_str(t));
+        check_held_back_group({t, t, t, t}, {256, 64, 68, 203}, 2560, {1, 3, 8}, g);
+    }
+}
+
+// Two lone imma matmuls of a built type pair held back together run as one two-part launch
+// (imma_two.cuh), with check_held_back_group's guarantees with and without it; the group's
+// stacked f32 matvecs (then on a side stream, as unit 0 of the group) are unaffected.
+class CudaImmaTwo : public ::testing::TestWithParam<std::pair<Type, Type>> {};
+
+TEST_P(CudaImmaTwo, HeldBackPairMatchesCpuAndOneTokenResults) {
+    DF_REQUIRE_CUDA();
+    const auto [ta, tb] = GetParam();
+    ASSERT_NE(cuda::imma_two(tb, ta), nullptr) << "a pair of the 27B preset is built";
+    EXPECT_EQ(cuda::imma_two(Type::Q4_K, Type::Q5_K), nullptr);
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu_backend());
+    auto g = test_rng();
+    const std::vector<Type> types = {Type::Q8_0, ta, tb, Type::Q8_0};  // the pair as built in reverse order
+    auto on_tensor_cores = [&](const std::vector<Weight>& w) {
+        ASSERT_TRUE(cuda.matvec_on_tensor_cores(w[1], 1) && cuda.matvec_on_tensor_cores(w[2], 1));
+    };
+    for (bool two : {true, false}) {
+        SCOPED_TRACE(two ? "one launch" : "two launches");
+        cuda.set_imma_two(two);
+        check_held_back_group(types, {48, 203, 96, 52}, 1280, {1, 3, 8}, g, on_tensor_cores);
+        if (::testing::Test::HasFatalFailure()) break;
+    }
+    cuda.set_imma_two(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(BuiltPairs, CudaImmaTwo,
