@@ -69,8 +69,6 @@ struct GdnShape {
 
 // One GDN layer's small weights and its recurrent state (Backend::gdn_mix).
 struct GdnLayer {
-    const Weight* alpha = nullptr;   // ssm_alpha [E -> Hv]: the decay's input
-    const Weight* beta = nullptr;    // ssm_beta [E -> Hv]: the write strength's input
     const float* conv_w = nullptr;   // [C, taps]
     const float* dt_bias = nullptr;  // [Hv]
     const float* a_neg = nullptr;    // [Hv]
@@ -163,15 +161,11 @@ public:
     virtual void gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads,
                                int n, float eps, float* out) = 0;
 
-    // The GDN mixer after its big projections (qkv and z of the normed input x [T, E]): alpha =
-    // l.alpha x and beta = l.beta x into the scratch alpha, beta [T, Hv], gdn_conv on qkv,
-    // gdn_delta into out, then gated_rmsnorm of out with z, in one call so that a backend may fuse
-    // them (the contents of qkv, alpha and beta are unspecified afterwards). out must not alias
-    // qkv or z.
-    virtual void gdn_mix(float* qkv, const float* z, const float* x, float* alpha, float* beta, const GdnLayer& l,
+    // The GDN mixer after its projections: gdn_conv on qkv, gdn_delta into out, then
+    // gated_rmsnorm of out with z, in one call so that a backend may fuse them (qkv's contents
+    // are unspecified afterwards). out must not alias qkv or z.
+    virtual void gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l,
                          int T, const GdnShape& g, float eps, float* out) {
-        matmul(*l.alpha, x, T, alpha);
-        matmul(*l.beta, x, T, beta);
         gdn_conv(qkv, T, g, l.conv_w, l.conv_state);
         gdn_delta(qkv, alpha, beta, l.dt_bias, l.a_neg, T, g, eps, l.state, out);
         gated_rmsnorm(out, z, l.norm_w, T, g.v_heads, g.head_dim, eps, out);

@@ -86,9 +86,10 @@ void gdn_block(const Model& m, const LayerWeights& l, int il, State& st, const S
     float* beta = st.small2;
     be.matmul(l.ssm_qkv, st.x, T, qkv);
     be.matmul(l.ssm_gate, st.x, T, z);
-    const GdnLayer gl{&l.ssm_alpha, &l.ssm_beta, f(l.ssm_conv), f(l.ssm_dt_bias), f(l.ssm_a),
-                      f(l.ssm_norm), st.conv_state[il], st.ssm_state[il]};
-    be.gdn_mix(qkv, z, st.x, alpha, beta, gl, T, g, c.eps, st.attn);
+    be.matmul(l.ssm_alpha, st.x, T, alpha);
+    be.matmul(l.ssm_beta, st.x, T, beta);
+    const GdnLayer gl{f(l.ssm_conv), f(l.ssm_dt_bias), f(l.ssm_a), f(l.ssm_norm), st.conv_state[il], st.ssm_state[il]};
+    be.gdn_mix(qkv, z, alpha, beta, gl, T, g, c.eps, st.attn);
     be.matmul(l.ssm_out, st.attn, T, st.h, /*accumulate=*/true);
 }
 

@@ -2,9 +2,6 @@
 // gated RMSNorm with the imma conversion): outputs, both states and the converted activations
 // equal bit for bit over consecutive calls, for Hv / Hk = 1..4, odd Hk and 1, 2 or 4 blocks per head.
 // The three kernels are checked against the CPU backend in test_cuda_ops.cpp and test_cuda_imma.cpp.
-// With its own alpha/beta projections (Q8_0) the kernel is checked twice: the projections against
-// a double-precision reference, T-rows bit-equal to one-token calls, and everything after them
-// bit-equal to the three kernels fed the projections it wrote.
 #include <cstring>
 #include <random>
 #include <string>
@@ -12,9 +9,7 @@
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/gdn_step.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/layout.h"
 #include "cuda_test_util.h"
-#include "quant_test_util.h"
 
 namespace df::test {
 namespace {
@@ -142,156 +137,6 @@ TEST(CudaGdnStep, EqualsConvDeltaRuleAndGatedNormBitForBit) {
     check_shape(16, 48, false, {2, 1});
 }
 
-// The projections' weights as the kernel sees them.
-cuda::QuantMatrix quant_matrix(const Weight& w) {
-    cuda::QuantMatrix m;
-    m.data = static_cast<const uint8_t*>(w.data);
-    m.row_stride = w.row_stride;
-    m.head_off = cuda::row_layout(w.type, w.cols).head_off;
-    m.rows = static_cast<int>(w.rows);
-    m.cols = static_cast<int>(w.cols);
-    return m;
-}
-
-void check_projections(int Hk, int Hv, int E, std::initializer_list<int> Ts) {
-    Backend& gpu = *gpu_backend();
-    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
-    const cudaStream_t st = cuda.stream();
-    auto g = test_rng();
-    const int C = (2 * Hk + Hv) * kD, cols = Hv * kD, units = cols / 256;
-    std::uniform_real_distribution<float> u(-0.5f, 0.5f), a_dist(1.f, 16.f), dt(-7.f, -2.f);
-    std::vector<float> convw(static_cast<size_t>(C) * kTaps), dt_bias(Hv), a_neg(Hv);
-    for (auto& v : convw) v = u(g);
-    for (auto& v : a_neg) v = -a_dist(g);
-    for (auto& v : dt_bias) v = dt(g);
-    Buf<float> cw(gpu, convw), db(gpu, dt_bias), an(gpu, a_neg), nw(gpu, randn(g, kD));
-    const auto wa = random_matrix(Type::Q8_0, Hv, E, g), wb = random_matrix(Type::Q8_0, Hv, E, g);
-    const Weight ga = gpu.load_weight(Type::Q8_0, E, Hv, wa.data(), wa.size());
-    const Weight gb = gpu.load_weight(Type::Q8_0, E, Hv, wb.data(), wb.size());
-    const auto fa = dequant_matrix(Type::Q8_0, wa, Hv, E), fb = dequant_matrix(Type::Q8_0, wb, Hv, E);
-    const auto cs0 = randn(g, static_cast<size_t>(kTaps - 1) * C), ss0 = randn(g, static_cast<size_t>(Hv) * kD * kD, 0.1f);
-    Buf<float> cs1(gpu, cs0), cs2(gpu, cs0), ss1(gpu, ss0), ss2(gpu, ss0), cs3(gpu, cs0), ss3(gpu, ss0);
-    Buf<uint8_t> q1(gpu, cuda::act_quant_xq_bytes(cols)), q2(gpu, cuda::act_quant_xq_bytes(cols));
-    Buf<float> e1(gpu, 8 * static_cast<size_t>(units)), e2(gpu, 8 * static_cast<size_t>(units));
-    Buf<uint32_t> counters(gpu, std::vector<uint32_t>(Hk, 0u));
-    for (const int T : Ts) {
-        SCOPED_TRACE("Hk " + std::to_string(Hk) + " Hv " + std::to_string(Hv) + " E " + std::to_string(E) + " T " +
-                     std::to_string(T));
-        const auto qkv = randn(g, static_cast<size_t>(T) * C), z = randn(g, static_cast<size_t>(T) * cols, 2.f);
-        const auto xin = randn(g, static_cast<size_t>(T) * E);
-        Buf<float> x1(gpu, qkv), x2(gpu, qkv), zb(gpu, z), xb(gpu, xin);
-        Buf<float> o1(gpu, static_cast<size_t>(T) * cols), o2(gpu, static_cast<size_t>(T) * cols);
-        Buf<float> al(gpu, static_cast<size_t>(T) * Hv), be(gpu, static_cast<size_t>(T) * Hv);
-        o1.poison();
-        o2.poison();
-        al.poison();
-        be.poison();
-
-        cuda::GdnStepArgs a;
-        a.qkv = x1.p();
-        a.z = zb.p();
-        a.x = xb.p();
-        a.alpha_w = quant_matrix(ga);
-        a.beta_w = quant_matrix(gb);
-        a.alpha_out = al.p();
-        a.beta_out = be.p();
-        a.conv_w = cw.p();
-        a.dt_bias = db.p();
-        a.a_neg = an.p();
-        a.norm_w = nw.p();
-        a.T = T;
-        a.k_heads = Hk;
-        a.v_heads = Hv;
-        a.head_dim = kD;
-        a.taps = kTaps;
-        a.eps = 1e-6f;
-        a.counters = counters.p();
-        a.counter_count = Hk;
-        a.conv_state = cs1.p();
-        a.state = ss1.p();
-        a.out = o1.p();
-        a.xq = reinterpret_cast<uint2*>(q1.p());
-        a.xe = e1.p();
-        ASSERT_TRUE(cuda::gdn_step_fits(a));
-        cuda::launch_gdn_step(a, st);
-
-        // The projections against double-precision sums.
-        const auto pa = al.get(), pb = be.get();
-        for (int r = 0; r < 2; ++r) {
-            const auto& w = r ? fb : fa;
-            std::vector<float> ref(static_cast<size_t>(T) * Hv);
-            for (int t = 0; t < T; ++t)
-                for (int h = 0; h < Hv; ++h) {
-                    double sum = 0;
-                    for (int c = 0; c < E; ++c) sum += static_cast<double>(w[static_cast<size_t>(h) * E + c]) * xin[static_cast<size_t>(t) * E + c];
-                    ref[static_cast<size_t>(t) * Hv + h] = static_cast<float>(sum);
-                }
-            const auto ad = abs_dots(w, xin, Hv, E, T);
-            std::vector<float> tol(ad.size());
-            for (size_t i = 0; i < ad.size(); ++i) tol[i] = 4.f * std::sqrt(static_cast<float>(E)) * kEps * ad[i] + 1e-30f;
-            EXPECT_TRUE(all_close(r ? pb : pa, ref, tol)) << (r ? "beta" : "alpha");
-        }
-
-        // The rest: the three kernels fed those projections.
-        cuda::launch_gdn_conv(x2.p(), T, C, kTaps, cw.p(), cs2.p(), st);
-        cuda::GdnArgs d;
-        d.qkv = x2.p();
-        d.alpha = al.p();
-        d.beta = be.p();
-        d.dt_bias = db.p();
-        d.a_neg = an.p();
-        d.T = T;
-        d.k_heads = Hk;
-        d.v_heads = Hv;
-        d.head_dim = kD;
-        d.eps = 1e-6f;
-        d.state = ss2.p();
-        d.out = o2.p();
-        cuda::launch_gdn_delta(d, st);
-        cuda::launch_gated_rmsnorm_quant(o2.p(), zb.p(), nw.p(), T, Hv, kD, 1e-6f, o2.p(), reinterpret_cast<uint2*>(q2.p()),
-                                         e2.p(), st);
-        expect_bits(o1, o2, o1.size(), "outputs");
-        expect_bits(cs1, cs2, cs1.size(), "conv state");
-        expect_bits(ss1, ss2, ss1.size(), "delta state");
-        expect_bits(q1, q2, q1.size(), "converted limbs");
-        expect_bits(e1, e2, static_cast<size_t>(T) * units, "converted exponents");
-
-        // Each token's projections as a one-token call computes them (scratch states).
-        for (int t = 0; t < T && T > 1; ++t) {
-            Buf<float> x3(gpu, std::vector<float>(qkv.begin() + static_cast<size_t>(t) * C, qkv.begin() + static_cast<size_t>(t + 1) * C));
-            Buf<float> z3(gpu, std::vector<float>(z.begin() + static_cast<size_t>(t) * cols, z.begin() + static_cast<size_t>(t + 1) * cols));
-            Buf<float> xi(gpu, std::vector<float>(xin.begin() + static_cast<size_t>(t) * E, xin.begin() + static_cast<size_t>(t + 1) * E));
-            Buf<float> o3(gpu, cols), a3(gpu, Hv), b3(gpu, Hv);
-            cuda::GdnStepArgs one = a;
-            one.T = 1;
-            one.qkv = x3.p();
-            one.z = z3.p();
-            one.x = xi.p();
-            one.alpha_out = a3.p();
-            one.beta_out = b3.p();
-            one.conv_state = cs3.p();
-            one.state = ss3.p();
-            one.out = o3.p();
-            one.xq = nullptr;
-            one.xe = nullptr;
-            cuda::launch_gdn_step(one, st);
-            const auto ga1 = a3.get(), gb1 = b3.get();
-            EXPECT_EQ(0, std::memcmp(ga1.data(), pa.data() + static_cast<size_t>(t) * Hv, Hv * 4)) << "alpha, token " << t;
-            EXPECT_EQ(0, std::memcmp(gb1.data(), pb.data() + static_cast<size_t>(t) * Hv, Hv * 4)) << "beta, token " << t;
-        }
-        EXPECT_EQ(counters.get(), std::vector<uint32_t>(Hk, 0u)) << "counters left zero";
-    }
-    gpu.release(const_cast<void*>(ga.data));
-    gpu.release(const_cast<void*>(gb.data));
-}
-
-TEST(CudaGdnStep, ProjectsAlphaAndBetaItself) {
-    DF_REQUIRE_CUDA();
-    check_projections(16, 48, 5120, {1, 8, 3, 1});  // the 27B
-    check_projections(2, 4, 1056, {2, 1});          // a width that leaves threads without columns
-    check_projections(3, 6, 96, {1, 5});
-}
-
 TEST(CudaGdnStep, FitsOnlyTheShapesItTakes) {  // host code only: runs without a GPU too
     cuda::GdnStepArgs a;
     alignas(16) static float buf[8];
@@ -321,21 +166,6 @@ TEST(CudaGdnStep, FitsOnlyTheShapesItTakes) {  // host code only: runs without a
     EXPECT_FALSE(with([](auto& b) { b.k_heads = 32; b.v_heads = 64; })); // more key heads than counters
     EXPECT_FALSE(with([](auto& b) { b.counters = nullptr; }));
     EXPECT_FALSE(with([&](auto& b) { b.out = buf + 1; }));               // misaligned
-    // Projections: Hv rows of one width, a multiple of 32, at most kGdnStepProjMaxCols.
-    alignas(16) static uint8_t wbuf[16];
-    auto proj = [&](int cols, int rows_b) {
-        return with([&](auto& b) {
-            b.x = buf;
-            b.alpha_w = {wbuf, 16 * 1024, 0, 48, cols};
-            b.beta_w = {wbuf, 16 * 1024, 0, rows_b, cols};
-        });
-    };
-    EXPECT_TRUE(proj(5120, 48));
-    EXPECT_TRUE(proj(96, 48));
-    EXPECT_FALSE(proj(5120 + 32, 48));
-    EXPECT_FALSE(proj(5120 - 16, 48));
-    EXPECT_FALSE(proj(5120, 47));
-    EXPECT_FALSE(with([&](auto& b) { b.x = buf + 1; b.alpha_w = b.beta_w = {wbuf, 16 * 1024, 0, 48, 512}; }));
 }
 
 }  // namespace

@@ -98,7 +98,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* g = std::getenv("DF_CUDA_GDN_FUSED")) gdn_fused_ = std::string(g) != "0";
     if (const char* g = std::getenv("DF_CUDA_GDN_SPLIT")) gdn_split_ = std::atoi(g);
     if (const char* g = std::getenv("DF_CUDA_GDN_LATE")) gdn_late_ = std::string(g) == "1";
-    if (const char* g = std::getenv("DF_CUDA_GDN_PROJ")) gdn_proj_ = std::string(g) != "0";
     if (const char* w = std::getenv("DF_CUDA_MATVEC_WPR")) {  // for A/B runs
         const int n = std::atoi(w);
         if (n == 1 || n == 2 || n == 4 || n == 8) matvec_wpr_ = n;
@@ -875,8 +874,8 @@ void CudaBackend::gated_rmsnorm(const float* x, const float* z, const float* w, 
     launch_gated_rmsnorm(x, z, w, T, heads, n, eps, out, stream_);
 }
 
-void CudaBackend::gdn_mix(float* qkv, const float* z, const float* x, float* alpha, float* beta, const GdnLayer& l,
-                          int T, const GdnShape& g, float eps, float* out) {
+void CudaBackend::gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l, int T,
+                          const GdnShape& g, float eps, float* out) {
     GdnStepArgs a;
     a.qkv = qkv;
     a.z = z;
@@ -900,23 +899,8 @@ void CudaBackend::gdn_mix(float* qkv, const float* z, const float* x, float* alp
     a.counter_count = kGdnCounters;
     a.late_trigger = gdn_late_;
     if (!gdn_fused_ || !gdn_step_fits(a)) {
-        Backend::gdn_mix(qkv, z, x, alpha, beta, l, T, g, eps, out);
+        Backend::gdn_mix(qkv, z, alpha, beta, l, T, g, eps, out);
         return;
-    }
-    // alpha and beta projected by the step itself (no side-stream matvecs to fork and join), or
-    // as matmuls that join the held-back group of qkv and z.
-    GdnStepArgs p = a;
-    p.x = x;
-    p.alpha_w = matrix(*l.alpha);
-    p.beta_w = matrix(*l.beta);
-    p.alpha_out = alpha;
-    p.beta_out = beta;
-    const bool q8 = l.alpha->type == quant::Type::Q8_0 && l.beta->type == quant::Type::Q8_0;
-    if (gdn_proj_ && q8 && gdn_step_fits(p)) {
-        a = p;
-    } else {
-        matmul(*l.alpha, x, T, alpha, false);
-        matmul(*l.beta, x, T, beta, false);
     }
     op_start();
     // Decode: the imma matvec that reads `out` next (ssm_out) finds it converted already.

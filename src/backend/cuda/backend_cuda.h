@@ -55,7 +55,7 @@ public:
                    const float* a_neg, int T, const GdnShape& g, float eps, float* state, float* out) override;
     void gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n, float eps,
                        float* out) override;
-    void gdn_mix(float* qkv, const float* z, const float* x, float* alpha, float* beta, const GdnLayer& l, int T,
+    void gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l, int T,
                  const GdnShape& g, float eps, float* out) override;
     void add(float* y, const float* x, int64_t n) override;
     void argmax(const float* x, int T, int n, int32_t* out) override;
@@ -76,12 +76,6 @@ public:
     void set_imma_two(bool on) {
         flush();
         imma_two_ = on;
-    }
-    // The one-kernel GDN step projecting alpha and beta itself where it can (Q8_0, gdn_step.h):
-    // on by default (DF_CUDA_GDN_PROJ=0 turns it off: two matvecs on side streams). For tests and A/B runs.
-    void set_gdn_proj(bool on) {
-        flush();
-        gdn_proj_ = on;
     }
     // Prefill GEMM on exact f16 weights (gemm_q.cuh) where the type has it: on by default
     // (DF_CUDA_QGEMM=0 turns it off); off, the dequantizing bf16 GEMM runs. For tests and A/B runs.
@@ -187,7 +181,6 @@ private:
     bool imma_ = true;                  // DF_CUDA_MATVEC=f32 selects the f32-FMA matvec instead
     bool gdn_fused_ = true;             // DF_CUDA_GDN_FUSED=0: the GDN mixer as three kernels (A/B runs)
     int gdn_split_ = 4;                 // DF_CUDA_GDN_SPLIT: its blocks per value head
-    bool gdn_proj_ = true;              // DF_CUDA_GDN_PROJ=0: alpha/beta as matvecs, not in its kernel
     int matvec_wpr_ = 0;                // DF_CUDA_MATVEC_WPR: f32 matvec warps per row forced (1, 2, 4, 8)
     bool gdn_late_ = false;             // DF_CUDA_GDN_LATE=1: its PDL trigger after the delta rule
     uint2* xq_ = nullptr;               // converted activations of the imma matvec

@@ -13,11 +13,6 @@
 // read the old conv state: the last of them to have read it (a counter per key head) writes the
 // new one. (Clusters of whole key heads, 6 to 12 blocks on the 27B, waited ~2 us longer for
 // free SMs and left the step no faster.)
-//
-// The decay and beta inputs (alpha, beta: 2 rows of the layer input's width per value head) may
-// be projected here too: every block of a head repeats the two short dot products, with the
-// weights loaded before the PDL wait, so they cost no launches of their own and no join of side
-// streams (~8 us per 27B GDN layer as two side-stream matvecs; NOTES.md, session 18).
 #include <cooperative_groups.h>
 
 #include "backend/cuda/act_quant.cuh"
@@ -37,27 +32,6 @@ constexpr int kStepWarps = 8, kStepThreads = 32 * kStepWarps;
 constexpr int kStepD = 128;                       // head dim (ssm.state_size)
 constexpr int kStepMaxT = 8;
 constexpr int kStepTaps = 4;
-constexpr int kProjPer = kGdnStepProjMaxCols / (4 * kStepThreads);  // float4 columns per thread
-
-// Token t's alpha and beta partial sums of thread tid (columns 4 f .. 4 f + 3, f = tid + 256 i):
-// per float4 the 4 products in one FMA chain, times the Q8_0 block's scale into the sum. The
-// order is fixed per token, whatever T.
-DF_DEV void proj_partial(const uint32_t (&q)[2][kProjPer], const float (&d)[2][kProjPer], const float4 (&x)[kProjPer],
-                         int n4, int tid, float (&acc)[2]) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        acc[r] = 0.f;
-#pragma unroll
-        for (int i = 0; i < kProjPer; ++i) {
-            if (tid + kStepThreads * i >= n4) break;
-            float p = sbyte_to_f32(q[r][i], 0) * x[i].x;
-            p = fmaf(sbyte_to_f32(q[r][i], 1), x[i].y, p);
-            p = fmaf(sbyte_to_f32(q[r][i], 2), x[i].z, p);
-            p = fmaf(sbyte_to_f32(q[r][i], 3), x[i].w, p);
-            acc[r] = fmaf(d[r][i], p, acc[r]);
-        }
-    }
-}
 
 // The two halves of a cluster barrier (arrive releases this thread's memory accesses, wait
 // acquires the others'), all threads of a warp together.
@@ -87,7 +61,6 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
     __shared__ unsigned arrived;                         // readers of the old q/k conv state before this block
     __shared__ float db[kStepMaxT][2];                   // per token: decay, b
     __shared__ float nw[D];                              // the even block's: the norm's weights
-    __shared__ float proj[kStepMaxT][2][kStepWarps];     // per token: the warps' alpha, beta sums
 
     // Block channel i (< 2D + D / B) is part i / D (q, k, v) of the heads (kh, kh, j); the v
     // part is the block's slice of columns.
@@ -106,23 +79,6 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
     const bool gather = side == 0 && b == 0;  // the block that norms and converts the pair's unit
     const float nwv = gather && tid < D ? a.norm_w[tid] : 0.f;  // staged after the wait: a store would wait for it
     const float dt_bias = a.dt_bias[j], a_neg = a.a_neg[j];
-    // The projections' weights: row j of alpha_w and beta_w, the thread's float4 columns.
-    const bool projects = a.x != nullptr;
-    const int n4 = projects ? a.alpha_w.cols / 4 : 0;
-    uint32_t pq[2][kProjPer];
-    float pd[2][kProjPer];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const QuantMatrix& w = r ? a.beta_w : a.alpha_w;
-        const uint8_t* row = w.data + static_cast<size_t>(j) * w.row_stride;
-#pragma unroll
-        for (int i = 0; i < kProjPer; ++i) {
-            const int f = tid + kStepThreads * i;
-            const bool ok = f < n4;
-            pq[r][i] = ok ? __ldg(reinterpret_cast<const uint32_t*>(row) + f) : 0u;
-            pd[r][i] = ok ? f16_bits_to_f32(__ldg(reinterpret_cast<const unsigned short*>(row + w.head_off) + f / 8)) : 0.f;
-        }
-    }
     pdl_wait();
     if (gather && tid < D) nw[tid] = nwv;
 
@@ -140,22 +96,8 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
 #pragma unroll
         for (int k = 0; k < kTaps - 1; ++k) win[m][k] = a.conv_state[static_cast<int64_t>(k) * C + c];
     }
-    // Token 0's input for the projections (the others are loaded as they are summed).
-    auto load_x = [&](int t, float4 (&xv)[kProjPer]) {
-        const float4* xr = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(t) * a.alpha_w.cols);
-#pragma unroll
-        for (int i = 0; i < kProjPer; ++i) {
-            const int f = tid + kStepThreads * i;
-            xv[i] = f < n4 ? xr[f] : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-    };
-    float4 x0[kProjPer];
-    if (projects) load_x(0, x0);
-    float alpha = 0.f, beta_raw = 0.f;
-    if (!projects && tid < T) {
-        alpha = a.alpha[static_cast<int64_t>(tid) * Hv + j];
-        beta_raw = a.beta[static_cast<int64_t>(tid) * Hv + j];
-    }
+    const float alpha = tid < T ? a.alpha[static_cast<int64_t>(tid) * Hv + j] : 0.f;
+    const float beta_raw = tid < T ? a.beta[static_cast<int64_t>(tid) * Hv + j] : 0.f;
     float* S = a.state + static_cast<int64_t>(j) * D * D;
     float s[kCols][NPL];
 #pragma unroll
@@ -195,39 +137,11 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
                 a.conv_state[static_cast<int64_t>(k) * C + chan(i)] = win[m][k];
         }
     }
-    if (projects) {
-        for (int t = 0; t < T; ++t) {
-            float4 xv[kProjPer];
-            if (t == 0) {
-#pragma unroll
-                for (int i = 0; i < kProjPer; ++i) xv[i] = x0[i];
-            } else {
-                load_x(t, xv);
-            }
-            float acc[2];
-            proj_partial(pq, pd, xv, n4, tid, acc);
-            acc[0] = warp_sum(acc[0]);
-            acc[1] = warp_sum(acc[1]);
-            if (lane == 0) {
-                proj[t][0][warp] = acc[0];
-                proj[t][1][warp] = acc[1];
-            }
-        }
-    }
-    __syncthreads();
-    if (tid < T) {  // read after the next barrier
-        if (projects) {
-#pragma unroll
-            for (int w = 0; w < kStepWarps; ++w) {
-                alpha += proj[tid][0][w];
-                beta_raw += proj[tid][1][w];
-            }
-            if (b == 0 && a.alpha_out) a.alpha_out[static_cast<int64_t>(tid) * Hv + j] = alpha;
-            if (b == 0 && a.beta_out) a.beta_out[static_cast<int64_t>(tid) * Hv + j] = beta_raw;
-        }
+    if (tid < T) {
         db[tid][0] = gdn_decay(alpha, dt_bias, a_neg);
         db[tid][1] = sigmoid_f(beta_raw);
     }
+    __syncthreads();
     // Every block of key head kh has read its old q/k conv state once it has passed the barrier
     // above; the last of them writes the new one (identical in all) at its end. The count is
     // taken by a thread that has stored nothing to global memory (its fence does not wait), and
@@ -350,15 +264,6 @@ bool gdn_step_fits(const GdnStepArgs& a) {
     auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     if (a.T < 1 || a.T > kStepMaxT || a.head_dim != kStepD || a.taps != kStepTaps) return false;
     if (a.k_heads <= 0 || a.v_heads % 2 != 0 || a.v_heads % a.k_heads != 0) return false;
-    if (a.x) {  // the projections' shapes (their type, Q8_0, is the caller's to check)
-        auto rows_ok = [&](const QuantMatrix& w) {
-            return w.data && w.rows == a.v_heads && w.cols == a.alpha_w.cols && w.row_stride % 4 == 0 &&
-                   w.head_off % 2 == 0 && reinterpret_cast<uintptr_t>(w.data) % 4 == 0;
-        };
-        const int cols = a.alpha_w.cols;
-        if (!al(a.x) || cols <= 0 || cols % 32 != 0 || cols > kGdnStepProjMaxCols || !rows_ok(a.alpha_w) || !rows_ok(a.beta_w))
-            return false;
-    }
     return a.counters && a.k_heads <= a.counter_count && al(a.z) && al(a.out);
 }
 

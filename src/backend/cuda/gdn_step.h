@@ -6,12 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "backend/cuda/kernels.h"
-
 namespace df::cuda {
-
-// Widest layer input whose alpha/beta projections the step computes itself (5 float4 per thread).
-inline constexpr int kGdnStepProjMaxCols = 5120;
 
 // The results of launch_gdn_conv, launch_gdn_delta and launch_gated_rmsnorm_quant (with xq null:
 // of launch_gated_rmsnorm, up to its summation order) bit for bit, where gdn_step_fits: T <= 8,
@@ -20,16 +15,8 @@ inline constexpr int kGdnStepProjMaxCols = 5120;
 struct GdnStepArgs {
     const float* qkv = nullptr;      // [T, (2 Hk + Hv) D] projections before the conv
     const float* z = nullptr;        // [T, Hv D] the norm's gate
-    const float* alpha = nullptr;    // [T, Hv] raw (unless x is set)
-    const float* beta = nullptr;     // [T, Hv] raw (unless x is set)
-    // With x set, the kernel projects alpha = alpha_w x and beta = beta_w x itself (Q8_0 rows
-    // [Hv, cols], cols <= kGdnStepProjMaxCols; weights requested before its PDL wait), so the
-    // projections need no launches of their own; each token's sums in an order that does not
-    // depend on T. They are also written to alpha_out / beta_out [T, Hv] when those are set.
-    const float* x = nullptr;        // [T, cols] the layer's normed input, 16-byte aligned
-    QuantMatrix alpha_w, beta_w;
-    float* alpha_out = nullptr;
-    float* beta_out = nullptr;
+    const float* alpha = nullptr;    // [T, Hv] raw
+    const float* beta = nullptr;     // [T, Hv] raw
     const float* conv_w = nullptr;   // [C, taps]
     const float* dt_bias = nullptr;  // [Hv]
     const float* a_neg = nullptr;    // [Hv]
