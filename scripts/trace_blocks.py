@@ -4,6 +4,8 @@ DF_CUDA_TRACE_BLOCKS=1 (trace.h): for each kernel of the last replay (as scripts
 finds it), when its blocks became resident (S) and got past pdl_wait (W), relative to block 0's
 W (the kernel's release), and how they sat on the SMs. Blocks resident only after the release
 start their weight loads late; a wide spread of W means the release reached blocks unevenly.
+Kernels that stamp their blocks' ends (trace_block_end: the imma matvecs) also get E - W0
+(min / median / max): how unevenly their blocks finish.
 
 usage: trace_blocks.py TRACE [--top N]
 """
@@ -33,7 +35,7 @@ def main():
                 break
     # Each block event goes to the launch of its signature whose block 0 started last before it
     # (blocks of one launch may start before block 0 does: allow 50 us).
-    per = defaultdict(lambda: {0: {}, 1: {}})
+    per = defaultdict(lambda: {0: {}, 1: {}, 15: {}})
     by_sig = defaultdict(list)
     for j in range(K):
         if s0[j] is not None:
@@ -41,13 +43,28 @@ def main():
     for v in by_sig.values():
         v.sort()
     for t, kind, sig, where, sm in blocks:
-        if t < first - 50_000:
+        if t < first - 50_000 or kind == 15:
             continue
         cands = [j for s, j in by_sig.get(sig, []) if s - 50_000 <= t]
         if not cands:
             continue
         j = cands[-1]
         per[j][kind][where] = (t, sm)
+    # A block's end goes to the launch of its signature released last before it (the next launch
+    # of the same shape may have blocks resident already, but is released only after it ends).
+    rel = defaultdict(list)
+    for j in range(K):
+        w = per[j][1].get((0, 0, 0))
+        if w is not None:
+            rel[graph[j][0]].append((w[0], j))
+    for v in rel.values():
+        v.sort()
+    for t, kind, sig, where, sm in blocks:
+        if kind != 15 or t < first:
+            continue
+        cands = [j for w, j in rel.get(sig, []) if w <= t]
+        if cands:
+            per[cands[-1]][15][where] = (t, sm)
     print(f"{'#':>4} {'kernel':<26} {'blocks':>6} {'SMs':>4} {'max/SM':>6} {'S-W0 min/med/max us':>22} "
           f"{'late':>5} {'W-W0 med/max us':>16}")
     rows = []
@@ -63,11 +80,13 @@ def main():
         for _, sm in per[j][0].values():
             sms[sm] += 1
         late = sum(1 for s in ss if s > 0)
+        es = sorted(t - w0 for t, _ in per[j][15].values())
+        ends = f"  E-W0 {es[0] / 1e3:6.2f} {statistics.median(es) / 1e3:6.2f} {es[-1] / 1e3:6.2f}" if es else ""
         rows.append((j, short(graph[j][1]), len(ss), len(sms), max(sms.values()), min(ss) / 1e3,
-                     statistics.median(ss) / 1e3, max(ss) / 1e3, late, statistics.median(ws) / 1e3, max(ws) / 1e3))
+                     statistics.median(ss) / 1e3, max(ss) / 1e3, late, statistics.median(ws) / 1e3, max(ws) / 1e3, ends))
     for r in rows[:top]:
         print(f"{r[0]:>4} {r[1]:<26} {r[2]:>6} {r[3]:>4} {r[4]:>6} {r[5]:7.2f} {r[6]:6.2f} {r[7]:7.2f} {r[8]:>5} "
-              f"{r[9]:7.2f} {r[10]:7.2f}")
+              f"{r[9]:7.2f} {r[10]:7.2f}{r[11]}")
     # Per kernel name: how many blocks became resident after the release, and how late.
     agg = defaultdict(lambda: [0, 0, 0, 0.0])
     for r in rows:

@@ -86,7 +86,7 @@ def main():
     # Phase stamps (kind 2 + k, trace_phase): to the kernel of the same shape released last before them.
     phases = defaultdict(list)
     for t, kind, sig in events:
-        if kind < 2 or t < first:
+        if kind < 2 or kind == 15 or t < first:  # 15: a block's end (trace_blocks.py reads those)
             continue
         best = None
         for j in range(K):

@@ -54,7 +54,7 @@ DF_DEV void trace_event(unsigned kind) {
     unsigned long long* b = df_trace_buf;
     if (!b || threadIdx.x != 0) return;
     const bool first = (blockIdx.x | blockIdx.y | blockIdx.z) == 0;
-    const bool every = df_trace_blocks && kind < 2;
+    const bool every = df_trace_blocks && (kind < 2 || kind == kTraceEnd);
     if (!first && !every) return;
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -100,7 +100,15 @@ DF_DEV void pdl_wait() {
 #endif
 }
 // Both, for kernels whose every access depends on the previous kernel.
-// A stamp of phase k (0..13) inside a kernel, block 0 only (trace builds; kind 2 + k):
+// The block's end (trace builds; kind kTraceEnd, every block with DF_CUDA_TRACE_BLOCKS=1): all of
+// its threads call it once they are done, so the stamp is the block's last moment.
+DF_DEV void trace_block_end() {
+#ifdef DF_CUDA_TRACE
+    __syncthreads();
+    trace_event(kTraceEnd);
+#endif
+}
+// A stamp of phase k (0..12) inside a kernel, block 0 only (trace builds; kind 2 + k):
 // scripts/trace_step.py prints them after the kernel's release. A no-op in normal builds.
 DF_DEV void trace_phase(unsigned k) {
 #ifdef DF_CUDA_TRACE

@@ -795,6 +795,7 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
         }
     }
     cp_async_wait<0>();
+    trace_block_end();
 }
 
 template <Type TY, int NT, bool kPair>

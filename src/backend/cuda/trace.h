@@ -20,6 +20,8 @@ inline constexpr int kTraceBlock = 4, kTraceGridX = 16, kTraceGridY = 40, kTrace
 // Bit 15 (above any block size) marks an every-block record (DF_CUDA_TRACE_BLOCKS=1), which the
 // next record completes with the block's index and SM.
 inline constexpr unsigned long long kTraceEveryBlock = 1ull << 15;
+// Kind 15: a block's end (trace_block_end), stamped by every block of the kernels that call it.
+inline constexpr unsigned kTraceEnd = 15;
 
 void* trace_buffer();  // the device buffer ([count, -, events...]), or nullptr when not tracing
 bool trace_every_block();  // DF_CUDA_TRACE_BLOCKS=1: every block stamps its start and release
