@@ -99,7 +99,6 @@ DF_DEV void pdl_wait() {
     trace_event(1);
 #endif
 }
-// Both, for kernels whose every access depends on the previous kernel.
 // The block's end (trace builds; kind kTraceEnd, every block with DF_CUDA_TRACE_BLOCKS=1): all of
 // its threads call it once they are done, so the stamp is the block's last moment.
 DF_DEV void trace_block_end() {
@@ -116,6 +115,7 @@ DF_DEV void trace_phase(unsigned k) {
 #endif
 }
 
+// Both, for kernels whose every access depends on the previous kernel.
 DF_DEV void pdl_begin() {
     pdl_trigger();
     pdl_wait();
