@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from trace_step import read_trace, short  # noqa: E402
+from trace_step import KIND_END, block_ends, read_trace, short  # noqa: E402
 
 
 def main():
@@ -35,7 +35,7 @@ def main():
                 break
     # Each block event goes to the launch of its signature whose block 0 started last before it
     # (blocks of one launch may start before block 0 does: allow 50 us).
-    per = defaultdict(lambda: {0: {}, 1: {}, 15: {}})
+    per = defaultdict(lambda: {0: {}, 1: {}, KIND_END: {}})
     by_sig = defaultdict(list)
     for j in range(K):
         if s0[j] is not None:
@@ -43,28 +43,18 @@ def main():
     for v in by_sig.values():
         v.sort()
     for t, kind, sig, where, sm in blocks:
-        if t < first - 50_000 or kind == 15:
+        if t < first - 50_000 or kind == KIND_END:
             continue
         cands = [j for s, j in by_sig.get(sig, []) if s - 50_000 <= t]
         if not cands:
             continue
         j = cands[-1]
         per[j][kind][where] = (t, sm)
-    # A block's end goes to the launch of its signature released last before it (the next launch
-    # of the same shape may have blocks resident already, but is released only after it ends).
-    rel = defaultdict(list)
+    ends = block_ends(b0, blocks)
     for j in range(K):
         w = per[j][1].get((0, 0, 0))
         if w is not None:
-            rel[graph[j][0]].append((w[0], j))
-    for v in rel.values():
-        v.sort()
-    for t, kind, sig, where, sm in blocks:
-        if kind != 15 or t < first:
-            continue
-        cands = [j for w, j in rel.get(sig, []) if w <= t]
-        if cands:
-            per[cands[-1]][15][where] = (t, sm)
+            per[j][KIND_END] = {where: (t, sm) for t, where, sm in ends.get((graph[j][0], w[0]), [])}
     print(f"{'#':>4} {'kernel':<26} {'blocks':>6} {'SMs':>4} {'max/SM':>6} {'S-W0 min/med/max us':>22} "
           f"{'late':>5} {'W-W0 med/max us':>16}")
     rows = []
@@ -80,7 +70,7 @@ def main():
         for _, sm in per[j][0].values():
             sms[sm] += 1
         late = sum(1 for s in ss if s > 0)
-        es = sorted(t - w0 for t, _ in per[j][15].values())
+        es = sorted(t - w0 for t, _ in per[j][KIND_END].values())
         ends = f"  E-W0 {es[0] / 1e3:6.2f} {statistics.median(es) / 1e3:6.2f} {es[-1] / 1e3:6.2f}" if es else ""
         rows.append((j, short(graph[j][1]), len(ss), len(sms), max(sms.values()), min(ss) / 1e3,
                      statistics.median(ss) / 1e3, max(ss) / 1e3, late, statistics.median(ws) / 1e3, max(ws) / 1e3, ends))

@@ -9,13 +9,12 @@ the work split, sets the tail.
 
 usage: trace_ends.py TRACE [--min-blocks N]
 """
-import bisect
 import statistics
 import sys
 from collections import defaultdict
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from trace_step import read_trace  # noqa: E402
+from trace_step import block_ends, read_trace  # noqa: E402
 
 
 def pearson(a, b):
@@ -29,19 +28,9 @@ def main():
     path = sys.argv[1]
     min_blocks = int(sys.argv[sys.argv.index("--min-blocks") + 1]) if "--min-blocks" in sys.argv else 200
     _, b0, blocks = read_trace(path)
-    rel = defaultdict(list)  # signature -> block 0's release times
-    for t, kind, sig in b0:
-        if kind == 1:
-            rel[sig].append(t)
-    ends = defaultdict(list)  # (signature, release) -> [(end - release, block x, sm)]
-    for t, kind, sig, where, sm in blocks:
-        if kind != 15 or sig not in rel:
-            continue
-        r = rel[sig]
-        i = bisect.bisect_right(r, t) - 1
-        if i >= 0:
-            ends[(sig, r[i])].append((t - r[i], where[0], sm))
-    launches = [v for _, v in sorted(ends.items(), key=lambda kv: kv[0][1]) if len(v) >= min_blocks]
+    # Per launch (in release order): (end - release, block x, sm) of each block.
+    launches = [[(t - rel, where[0], sm) for t, where, sm in v]
+                for (_, rel), v in sorted(block_ends(b0, blocks).items(), key=lambda kv: kv[0][1]) if len(v) >= min_blocks]
     if not launches:
         sys.exit("no launch with block ends (a trace build, DF_CUDA_TRACE_BLOCKS=1?)")
     half = len(launches) // 2

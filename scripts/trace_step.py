@@ -9,6 +9,7 @@ chain), and the kernel's phase stamps (trace_phase) after W. Then those times su
 
 usage: trace_step.py TRACE [--all]
 """
+import bisect
 import re
 import sys
 from collections import defaultdict
@@ -57,6 +58,27 @@ def read_trace(path):
     return launches[lo:hi], events, blocks
 
 
+KIND_END = 15  # trace.h kTraceEnd: a block's end (trace_block_end)
+
+
+def block_ends(b0, blocks):
+    """Every-block end records grouped by launch: {(signature, block 0's release): [(t, (bx, by,
+    bz), sm)]}. An end belongs to the launch of its shape released last before it (the next
+    launch of that shape may have blocks resident already, but is released only after it)."""
+    rel = defaultdict(list)
+    for t, kind, sig in b0:
+        if kind == 1:
+            rel[sig].append(t)
+    ends = defaultdict(list)
+    for t, kind, sig, where, sm in blocks:
+        if kind != KIND_END or sig not in rel:
+            continue
+        i = bisect.bisect_right(rel[sig], t) - 1  # b0 is sorted by time
+        if i >= 0:
+            ends[(sig, rel[sig][i])].append((t, where, sm))
+    return ends
+
+
 def main():
     graph, events, _ = read_trace(sys.argv[1])
     K = len(graph)
@@ -86,7 +108,7 @@ def main():
     # Phase stamps (kind 2 + k, trace_phase): to the kernel of the same shape released last before them.
     phases = defaultdict(list)
     for t, kind, sig in events:
-        if kind < 2 or kind == 15 or t < first:  # 15: a block's end (trace_blocks.py reads those)
+        if kind < 2 or kind == KIND_END or t < first:
             continue
         best = None
         for j in range(K):
