@@ -328,7 +328,7 @@ bool CudaBackend::imma_type(quant::Type t) const {
 
 bool CudaBackend::use_imma(const Weight& w, int T) const {
     // The stream-K split computes (tile, unit) * warps in 32 bits.
-    const uint64_t split = static_cast<uint64_t>((w.rows + 15) / 16) * (w.cols / 256) * imma_blocks() * 8;
+    const uint64_t split = static_cast<uint64_t>((w.rows + 15) / 16) * (w.cols / 256) * imma_blocks() * kImmaWarps;
     return T <= 8 && imma_type(w.type) && w.cols % 256 == 0 && w.cols <= xq_cols_ && (w.rows + 15) / 16 <= imma_tiles_ &&
            split < (uint64_t{1} << 32);
 }

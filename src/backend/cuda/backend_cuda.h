@@ -153,7 +153,7 @@ private:
     // Flushes and forgets the current conversion: every op but rmsnorm/matmul/ffn_gate_up.
     void op_start();
     ImmaArgs imma_args(const Weight& w, const uint8_t* up, int T, float* out, bool accumulate, cudaStream_t s) const;
-    int imma_blocks() const { return 2 * sm_count_; }
+    int imma_blocks() const { return kImmaBlocksPerSm * sm_count_; }
     // Exact-f16 prefill GEMM (gemm_q.cuh): whether w takes it at T tokens; its activation buffer
     // grows on demand (never while recording a graph).
     bool use_qgemm(const Weight& w, int T) const;

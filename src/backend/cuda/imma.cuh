@@ -34,7 +34,6 @@
 
 namespace df::cuda {
 
-inline constexpr int kImmaWarps = 8;
 inline constexpr int kImmaThreads = 32 * kImmaWarps;
 inline constexpr int kImmaUnit = 256;  // columns per unit (one exponent per token and unit)
 
@@ -508,8 +507,8 @@ struct Imma<Type::Q6_K> : ImmaNoTabs, ImmaIqHead {
 // ---- the kernel --------------------------------------------------------------------------
 //
 // Stream-K: the (tile, unit) pairs of the matrix, tile-major, are cut into one contiguous range
-// per warp of a fixed grid (2 blocks per SM, a function of the device only, so a token's sums
-// never depend on T). A warp streams its range through its cp.async ring across tile
+// per warp of a fixed grid (kImmaBlocksPerSm blocks of kImmaWarps warps per SM, a function of
+// the device only, so a token's sums never depend on T). A warp streams its range through its cp.async ring across tile
 // boundaries. A tile covered by one warp is written directly; otherwise each contributor stores
 // its partial sums (slot 0: the warp's first tile, slot 1: its last), and the last one to arrive
 // (a per-tile counter) adds them in contributor order, so results are deterministic.
@@ -519,16 +518,19 @@ template <class I, int kMats>
 constexpr int imma_stage_bytes() { return kMats * (16 * I::kStride + 16 * I::kHead); }
 template <class I>
 constexpr int imma_tabs_bytes() { return (static_cast<int>(sizeof(typename I::Tabs)) + 15) / 16 * 16; }
-// Ring stages: the decoder's own, or fewer where two blocks would not fit an SM's shared memory
-// (228 KB, 1 KB of it reserved per block). The grid is two blocks per SM (the stream-K split
-// assumes both resident); a block too big for that ran the grid in two waves of 8 warps per SM,
-// as the paired gate/up of the IQ2 types did with 4 stages (132 KB).
+// Ring stages: the decoder's own, or fewer where the grid's blocks would not fit an SM's shared
+// memory (228 KB, 1 KB of it reserved per block); the stream-K split assumes them all resident.
+// One block of 16 warps per SM (session 19) stages the decoder tables once per SM instead of
+// twice, which also leaves room for 4 stages in the paired gate/up (220 KB): 27B decode +1.3 %
+// over two blocks of 8 warps with 3 stages.
 template <class I, int kMats>
 constexpr int imma_stages() {
-    auto fits = [](int s) { return 2 * (imma_tabs_bytes<I>() + kImmaWarps * s * imma_stage_bytes<I, kMats>() + 1024) <= 228 * 1024; };
+    auto fits = [](int s) {
+        return kImmaBlocksPerSm * (imma_tabs_bytes<I>() + kImmaWarps * s * imma_stage_bytes<I, kMats>() + 1024) <= 228 * 1024;
+    };
     for (int s = I::kStages; s >= 2; --s)
         if (fits(s)) return s;
-    return I::kStages;  // one block per SM whatever the depth (paired Q8_0 and Q6_K, both off by default)
+    return 1;  // no overlap of copies and math (paired Q8_0 and Q6_K with 16 warps, both off by default)
 }
 template <class I, int kMats>
 constexpr int imma_smem_bytes() { return imma_tabs_bytes<I>() + kImmaWarps * imma_stages<I, kMats>() * imma_stage_bytes<I, kMats>(); }
@@ -799,7 +801,7 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
 }
 
 template <Type TY, int NT, bool kPair>
-__global__ void __launch_bounds__(kImmaThreads, 2) imma_kernel(const ImmaArgs a) {
+__global__ void __launch_bounds__(kImmaThreads, kImmaBlocksPerSm) imma_kernel(const ImmaArgs a) {
     imma_body<TY, NT, kPair>(a, blockIdx.x, gridDim.x);
 }
 

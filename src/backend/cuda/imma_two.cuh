@@ -14,7 +14,7 @@
 namespace df::cuda {
 
 template <Type TA, Type TB, int NT>
-__global__ void __launch_bounds__(kImmaThreads, 2) imma_two_kernel(const ImmaArgs a, const ImmaArgs b) {
+__global__ void __launch_bounds__(kImmaThreads, kImmaBlocksPerSm) imma_two_kernel(const ImmaArgs a, const ImmaArgs b) {
     const uint32_t na = static_cast<uint32_t>(a.blocks);
     if (blockIdx.x < na)
         imma_body<TA, NT, false>(a, blockIdx.x, na);

@@ -108,7 +108,9 @@ struct EmbedArgs {
 };
 
 // The same product as MatvecArgs on the integer tensor cores (imma.cuh), from activations that
-// launch_act_quant has converted (xq, xe); cols a multiple of 256.
+// launch_act_quant has converted (xq, xe); cols a multiple of 256. Its grid: kImmaBlocksPerSm
+// blocks of kImmaWarps warps per SM (one block: the decoder tables staged once per SM).
+inline constexpr int kImmaWarps = 16, kImmaBlocksPerSm = 1;
 struct ImmaArgs {
     QuantMatrix w;
     const uint8_t* up = nullptr;   // fused gate/up, as MatvecArgs
@@ -117,7 +119,7 @@ struct ImmaArgs {
     int T = 0;
     float* out = nullptr;
     bool accumulate = false;
-    int blocks = 0;                // grid (or its part: imma_two.cuh): 2 per SM in all; a function of device and shapes only (stream-K)
+    int blocks = 0;                // grid (or its part: imma_two.cuh): kImmaBlocksPerSm per SM in all; a function of device and shapes only (stream-K)
     float* partial = nullptr;      // per-stream scratch of imma_scratch_bytes(blocks)
     unsigned* counters = nullptr;  // per-stream, one per 16-row tile, zero between calls
     const ImmaTables* itables = nullptr;
