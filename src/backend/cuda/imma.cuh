@@ -508,8 +508,8 @@ struct Imma<Type::Q6_K> : ImmaNoTabs, ImmaIqHead {
 //
 // Stream-K: the (tile, unit) pairs of the matrix, tile-major, are cut into one contiguous range
 // per warp of a fixed grid (kImmaBlocksPerSm blocks of kImmaWarps warps per SM, a function of
-// the device only, so a token's sums never depend on T). A warp streams its range through its cp.async ring across tile
-// boundaries. A tile covered by one warp is written directly; otherwise each contributor stores
+// the device only, so a token's sums never depend on T). A warp streams its range through its
+// cp.async ring across tile boundaries. A tile covered by one warp is written directly; otherwise each contributor stores
 // its partial sums (slot 0: the warp's first tile, slot 1: its last), and the last one to arrive
 // (a per-tile counter) adds them in contributor order, so results are deterministic.
 
