@@ -1,5 +1,6 @@
 // CUDA dense ops against the CPU backend on random inputs of awkward sizes.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -9,6 +10,22 @@
 
 namespace df::test {
 namespace {
+
+// The process-wide carveout (kernels.h): a request never lowers it, a higher one raises it, and
+// it stays a percentage.
+TEST(CudaOps, CarveoutRequestsOnlyRaiseIt) {
+    if (std::getenv("DF_CUDA_CARVEOUT")) GTEST_SKIP() << "DF_CUDA_CARVEOUT fixes the carveout";
+    const int now = cuda::request_carveout(-1);
+    ASSERT_GE(now, -1);
+    ASSERT_LE(now, 100);
+    EXPECT_EQ(cuda::request_carveout(now - 1), now);
+    if (now < 100) {
+        EXPECT_EQ(cuda::request_carveout(now + 1), now + 1);  // +1 %: harmless to the tests after it
+    }
+    const int raised = cuda::request_carveout(-1);
+    EXPECT_EQ(raised, std::min(now + 1, 100));
+    EXPECT_EQ(cuda::request_carveout(raised), raised);
+}
 
 TEST(CudaOps, RmsNormStridedAliasedAndUnweighted) {
     DF_REQUIRE_CUDA();

@@ -67,6 +67,7 @@ void pack_row(quant::Type src_type, quant::Type held, const uint8_t* src, int64_
 CudaBackend::CudaBackend(int device) : device_(device) {
     DF_CUDA_CHECK(cudaSetDevice(device_));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+    DF_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm_, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_));
     DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (int i = 0; i < kSideStreams; ++i) {
         DF_CUDA_CHECK(cudaStreamCreateWithFlags(&side_[i], cudaStreamNonBlocking));
@@ -326,6 +327,13 @@ bool CudaBackend::imma_type(quant::Type t) const {
     return imma_ && ops && ops->imma && (imma_skip_.empty() || imma_skip_.find(quant::type_name(t)) == std::string::npos);
 }
 
+void CudaBackend::note_decode_smem(quant::Type t, bool pair) const {
+    const QuantOps* ops = quant_ops(t);
+    if (!ops || smem_per_sm_ <= 0) return;
+    const int64_t need = ops->decode_smem_per_sm(imma_type(t), pair);
+    request_carveout(static_cast<int>(std::min<int64_t>(100, (100 * need + smem_per_sm_ - 1) / smem_per_sm_)));
+}
+
 bool CudaBackend::use_imma(const Weight& w, int T) const {
     // The stream-K split computes (tile, unit) * warps in 32 bits.
     const uint64_t split = static_cast<uint64_t>((w.rows + 15) / 16) * (w.cols / 256) * imma_blocks() * kImmaWarps;
@@ -490,6 +498,7 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
 
 void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) {
     if (T <= 0) return;
+    note_decode_smem(w.type, false);
     const bool fold = folds_norm(w, x, T, out);
     if (norm_.x && !fold) flush();  // the held-back norm (and any group folding it) first
     if (use_qgemm(w, T) && !capturing_) reserve_qgemm(T, w.cols);  // may flush: before joining
@@ -698,8 +707,10 @@ void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out,
 void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x, int T, float* out,
                               float* scratch) {
     if (T <= 0) return;
-    const bool fused = T <= 8 && wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols &&
-                       wg.row_stride == wu.row_stride;
+    const bool pair = wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols && wg.row_stride == wu.row_stride;
+    const bool fused = T <= 8 && pair;
+    note_decode_smem(wg.type, pair);
+    if (!pair) note_decode_smem(wu.type, false);
     // Decode after an RMSNorm: the fused f32 matvec folds it (nothing else is pending then).
     const bool fold = fused && pending_.empty() && folds_norm(wg, x, T, out) && !overlap(scratch, norm_.x, wg.rows) &&
                       !overlap(scratch, norm_.out, wg.rows);

@@ -148,6 +148,10 @@ private:
     // Integer tensor-core matvec (imma.cuh): used for T <= 8 where the type has a decoder.
     bool imma_type(quant::Type t) const;
     bool use_imma(const Weight& w, int T) const;
+    // Raises the carveout of every kernel (kernels.h, request_carveout) to what the one-token
+    // matmul of a weight of type t (a fused gate/up pair: two of them) needs. Called by every
+    // matmul whatever T: the prompt's forward, before any decode step is recorded, sets it.
+    void note_decode_smem(quant::Type t, bool pair) const;
     // Converts x for the imma matvec unless the conversion of this x is still current.
     void quantize_activations(const float* x, int T, int cols, cudaStream_t s);
     // Flushes and forgets the current conversion: every op but rmsnorm/matmul/ffn_gate_up.
@@ -166,6 +170,7 @@ private:
 
     int device_ = 0;
     int sm_count_ = 0;
+    int smem_per_sm_ = 0;  // shared memory of an SM at the largest carveout, bytes
     cudaStream_t stream_ = nullptr;
     GridTables* tables_ = nullptr;      // device copy of the IQ grids
     ImmaTables* imma_tables_ = nullptr; // replicated lookup tables of the imma matvec

@@ -1,8 +1,12 @@
 // Block type -> kernels of its generated translation unit; the launch switch.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
+#include <unordered_map>
+
+#include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 
 namespace df::cuda {
@@ -61,6 +65,31 @@ void set_attn_split_keys(int keys) { split_keys_value().store(keys >= 1 ? keys :
 
 bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_pdl_enabled(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
+
+namespace {
+bool carveout_ok(int n) { return n >= -1 && n <= 100; }
+const int kCarveoutForced = env_int("DF_CUDA_CARVEOUT", -2, carveout_ok);  // -2: not set
+std::atomic<int> carveout{kCarveoutForced >= -1 ? kCarveoutForced : -1};
+}  // namespace
+
+int request_carveout(int pct) {
+    int cur = carveout.load(std::memory_order_relaxed);
+    if (kCarveoutForced >= -1) return cur;
+    pct = std::min(pct, 100);
+    while (pct > cur && !carveout.compare_exchange_weak(cur, pct, std::memory_order_relaxed)) {
+    }
+    return std::max(cur, pct);
+}
+
+void apply_carveout(const void* kernel) {
+    const int pct = carveout.load(std::memory_order_relaxed);
+    if (pct < 0) return;
+    static std::unordered_map<const void*, int> applied;  // launches are issued from one thread
+    auto [it, fresh] = applied.try_emplace(kernel, pct);
+    if (!fresh && it->second == pct) return;
+    it->second = pct;
+    DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pct));
+}
 
 #define DF_X(name) extern const QuantOps kQuantOps_##name;
 #include "backend/cuda/quant_types.inc"

@@ -435,10 +435,13 @@ struct Imma<Type::Q2_K> : ImmaNoTabs, ImmaNoHead {
     static constexpr int kBody = 84, kCopy = 4, kStride = 88, kStages = 4;  // 8-byte aligned rows
     static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r + 80)); }
     static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 82)); }
-    // The 2-bit quants of elements 8q .. 8q+7 of 32-element slab m, as bytes.
+    // The 2-bit quants of elements 8q .. 8q+7 of 32-element slab m, as bytes. The matvec stages
+    // rows 4-byte aligned only (imma_window), so it reads two words.
+    template <bool kAligned8 = true>
     static DF_DEV void quants(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi) {
         const int sh = 2 * (m & 3);
-        const uint2 w = lds_u2(r + 16 + 32 * (m >> 2) + 8 * q);
+        const uint8_t* p = r + 16 + 32 * (m >> 2) + 8 * q;
+        const uint2 w = kAligned8 ? lds_u2(p) : make_uint2(lds_u32(p), lds_u32(p + 4));
         lo = (w.x >> sh) & 0x03030303u;
         hi = (w.y >> sh) & 0x03030303u;
     }
@@ -446,8 +449,8 @@ struct Imma<Type::Q2_K> : ImmaNoTabs, ImmaNoHead {
     static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
                            const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {
         uint32_t a[4];
-        quants(r0, m, l.q, a[0], a[2]);
-        quants(r1, m, l.q, a[1], a[3]);
+        quants<false>(r0, m, l.q, a[0], a[2]);
+        quants<false>(r1, m, l.q, a[1], a[3]);
         const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
         const uint32_t s0 = lds_u16(r0 + 2 * m), s1 = lds_u16(r1 + 2 * m);  // scale bytes of the two halves
         const bool lo = l.q < 2;
@@ -514,21 +517,48 @@ struct Imma<Type::Q6_K> : ImmaNoTabs, ImmaIqHead {
 // (a per-tile counter) adds them in contributor order, so results are deterministic.
 
 
+// How the matvec stages a row's unit. Bodies that are a multiple of 16 bytes are copied as they
+// are (cp.async.cg, 16 bytes, L1 bypassed). Others (IQ2_XS 72, IQ3_S 108, Q2_K 84 bytes) would
+// need 8- or 4-byte copies, which go through L1 (cp.async.ca) and evict the activations every
+// warp reads from there, and cost 4.5-13.5 copies per lane and unit: they copy the 16-byte
+// aligned window around the body instead, at most kChunks chunks (only those the body
+// touches), and the decoder reads the row from the body's offset in the window. The stride is
+// an odd number of chunks, so the 8 rows one load instruction reads fall in distinct banks.
+template <class I>
+struct ImmaWindow {
+    static constexpr bool kOn = I::kBody % 16 != 0;
+    static constexpr int kAlign = (I::kBody & -I::kBody) < 16 ? (I::kBody & -I::kBody) : 16;  // of body offsets
+    static constexpr int kChunks = (16 - kAlign + I::kBody + 15) / 16;
+    static constexpr int kCopy = kOn ? 16 : I::kCopy;
+    static constexpr int kPerRow = kOn ? kChunks : I::kBody / I::kCopy;
+    static constexpr int kStride = kOn ? 16 * (kChunks | 1) : I::kStride;
+    static DF_DEV uint32_t offset(int u) { return kOn ? (static_cast<uint32_t>(u) * I::kBody) & 15u : 0u; }
+    static DF_DEV size_t start(int u) { return static_cast<size_t>(u) * I::kBody - offset(u); }
+};
+
 template <class I, int kMats>
-constexpr int imma_stage_bytes() { return kMats * (16 * I::kStride + 16 * I::kHead); }
+constexpr int imma_stage_bytes() { return kMats * (16 * ImmaWindow<I>::kStride + 16 * I::kHead); }
 template <class I>
 constexpr int imma_tabs_bytes() { return (static_cast<int>(sizeof(typename I::Tabs)) + 15) / 16 * 16; }
-// Ring stages: the decoder's own, or fewer where the grid's blocks would not fit an SM's shared
-// memory (228 KB, 1 KB of it reserved per block); the stream-K split assumes them all resident.
-// One block of 16 warps per SM (session 19) stages the decoder tables once per SM instead of
-// twice, which also leaves room for 4 stages in the paired gate/up (220 KB): 27B decode +1.3 %
-// over two blocks of 8 warps with 3 stages.
+// Ring stages: the decoder's own, at most kImmaMaxStages[kMats - 1], or fewer where the grid's
+// blocks would not fit an SM's shared memory (228 KB, 1 KB of it reserved per block); the
+// stream-K split assumes them all resident. Shared memory and L1 share 256 KB per SM, and L1 is
+// where every warp finds the activations (B fragments, read per unit): 3 stages instead of 4
+// (paired gate/up 177 instead of 220 KB, singles 112 instead of 134 KB) made the 27B's decode
+// 8 % faster (session 20), 8 stages 3 % slower (session 19).
+#ifndef DF_IMMA_MAX_STAGES_SINGLE  // build-time knobs for A/B builds (bench/experiments)
+#define DF_IMMA_MAX_STAGES_SINGLE 3
+#endif
+#ifndef DF_IMMA_MAX_STAGES_PAIR
+#define DF_IMMA_MAX_STAGES_PAIR 3
+#endif
+inline constexpr int kImmaMaxStages[2] = {DF_IMMA_MAX_STAGES_SINGLE, DF_IMMA_MAX_STAGES_PAIR};
 template <class I, int kMats>
 constexpr int imma_stages() {
     auto fits = [](int s) {
         return kImmaBlocksPerSm * (imma_tabs_bytes<I>() + kImmaWarps * s * imma_stage_bytes<I, kMats>() + 1024) <= 228 * 1024;
     };
-    for (int s = I::kStages; s >= 2; --s)
+    for (int s = std::min(I::kStages, kImmaMaxStages[kMats - 1]); s >= 2; --s)
         if (fits(s)) return s;
     return 1;  // no overlap of copies and math (paired Q8_0 and Q6_K with 16 warps, both off by default)
 }
@@ -634,8 +664,9 @@ template <Type TY, int NT, bool kPair>
 DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
     using I = Imma<TY>;
     constexpr int kMats = kPair ? 2 : 1, S = imma_stages<I, kMats>(), kStage = imma_stage_bytes<I, kMats>();
-    constexpr int kMatStage = 16 * I::kStride + 16 * I::kHead;
-    constexpr int kPerRow = I::kBody / I::kCopy, kCopies = (16 * kPerRow + 31) / 32;
+    using Win = ImmaWindow<I>;
+    constexpr int kStride = Win::kStride, kMatStage = 16 * kStride + 16 * I::kHead;
+    constexpr int kPerRow = Win::kPerRow, kCopies = (16 * kPerRow + 31) / 32;
     extern __shared__ __align__(16) uint8_t smem[];
     auto& tabs = *reinterpret_cast<typename I::Tabs*>(smem);
     pdl_trigger();  // pdl_wait() comes after the tables and the first weight stages are issued
@@ -659,6 +690,7 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
     const int first_tile = static_cast<int>(x0 / upt), first_unit = static_cast<int>(x0 - static_cast<uint32_t>(first_tile) * upt);
     int it = first_tile, iu = first_unit;
     uint32_t dst_off[kCopies];
+    uint32_t chunk_lo[kCopies];  // the copy's first byte in the window (Win::kOn)
     const uint8_t* src[kMats][kCopies];
     const uint8_t* hsrc[kMats];
     auto aim = [&](int tile) {
@@ -668,7 +700,7 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
 #pragma unroll
             for (int k = 0; k < kCopies; ++k) {
                 const int c = lane + 32 * k, r = min(c / kPerRow, 15);
-                src[mt][k] = mat + static_cast<size_t>(min(tile * 16 + r, rows - 1)) * row_stride + (c % kPerRow) * I::kCopy;
+                src[mt][k] = mat + static_cast<size_t>(min(tile * 16 + r, rows - 1)) * row_stride + (c % kPerRow) * Win::kCopy;
             }
             hsrc[mt] = mat + static_cast<size_t>(min(tile * 16 + (lane & 15), rows - 1)) * row_stride + a.w.head_off;
         }
@@ -676,21 +708,24 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
 #pragma unroll
     for (int k = 0; k < kCopies; ++k) {
         const int c = lane + 32 * k;
-        dst_off[k] = c < 16 * kPerRow ? (c / kPerRow) * I::kStride + (c % kPerRow) * I::kCopy : ~0u;
+        dst_off[k] = c < 16 * kPerRow ? (c / kPerRow) * kStride + (c % kPerRow) * Win::kCopy : ~0u;
+        chunk_lo[k] = (c % kPerRow) * Win::kCopy;
     }
     aim(it);
     const uint32_t ring_addr = smem_addr(ring);
     auto issue = [&](int i) {
         if (i < cnt) {
-            const size_t uoff = static_cast<size_t>(iu) * I::kBody;
+            const size_t uoff = Win::start(iu);
+            const uint32_t wend = Win::offset(iu) + I::kBody;  // the window's chunks past it stay uncopied
 #pragma unroll
             for (int mt = 0; mt < kMats; ++mt) {
                 const uint32_t dst = ring_addr + (i % S) * kStage + mt * kMatStage;
 #pragma unroll
                 for (int k = 0; k < kCopies; ++k)
-                    if (dst_off[k] != ~0u) cp_async<I::kCopy>(dst + dst_off[k], src[mt][k] + uoff);
+                    if (dst_off[k] != ~0u && (!Win::kOn || chunk_lo[k] < wend))
+                        cp_async<Win::kCopy>(dst + dst_off[k], src[mt][k] + uoff);
                 if constexpr (I::kHead > 0)
-                    if (lane < 16) cp_async<I::kHead>(dst + 16 * I::kStride + lane * I::kHead, hsrc[mt] + I::head_src(iu));
+                    if (lane < 16) cp_async<I::kHead>(dst + 16 * kStride + lane * I::kHead, hsrc[mt] + I::head_src(iu));
             }
             if (++iu == upt) {
                 iu = 0;
@@ -751,8 +786,8 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
 #pragma unroll
         for (int mt = 0; mt < kMats; ++mt) {
             const uint8_t* sb = ring + (i % S) * kStage + mt * kMatStage;
-            const uint8_t *r0 = sb + g * I::kStride, *r1 = sb + (g + 8) * I::kStride;
-            const uint8_t *h0 = sb + 16 * I::kStride + g * I::kHead, *h1 = sb + 16 * I::kStride + (g + 8) * I::kHead;
+            const uint8_t *r0 = sb + g * kStride + Win::offset(cu), *r1 = sb + (g + 8) * kStride + Win::offset(cu);
+            const uint8_t *h0 = sb + 16 * kStride + g * I::kHead, *h1 = sb + 16 * kStride + (g + 8) * I::kHead;
             ImmaPartial<NT> p;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)

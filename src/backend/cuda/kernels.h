@@ -19,6 +19,15 @@ struct ImmaTables;
 // setter is for tests comparing both ways (call it between ops, not during a capture).
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
+// One shared-memory carveout (percent of an SM's shared memory) for every kernel, set before its
+// launches (launch.cuh). An SM holds blocks of one L1/shared split at a time, so with each
+// kernel's own preference (the driver's default) a kernel whose split differs from the running
+// one's could start its blocks (PDL) only on SMs that had drained; one split for all, the one the
+// model's largest one-token matmul kernel needs (CudaBackend::note_decode_smem), made decode 1-2 %
+// faster (session 20). The largest percent asked for wins; kernels that need more still get it. -1: the driver's
+// choice. DF_CUDA_CARVEOUT=P (0..100, or -1) overrides, for A/B runs. Returns the carveout now.
+int request_carveout(int percent);
+void apply_carveout(const void* kernel);  // by launch(): the current carveout, if changed
 
 // Decode attention splits a context into pieces of at least this many keys (default 16,
 // DF_CUDA_ATTN_SPLIT_KEYS overrides); the setter is for tests, between ops like set_pdl_enabled.
@@ -168,6 +177,9 @@ struct QuantOps {
     void (*embed)(const EmbedArgs&, cudaStream_t);
     void (*imma)(const ImmaArgs&, cudaStream_t);  // nullptr: no integer tensor-core decoder
     QGemmEntry qgemm;
+    // Shared memory per SM of the one-token matmul kernels of the type (on the imma path or the
+    // f32 one): resident blocks x (dynamic + static + the 1 KB an SM reserves per block), at most.
+    int (*decode_smem_per_sm)(bool imma, bool pair);
 };
 
 // Activations of a qgemm: per token t, x 2^k_t (k_t puts the largest |x| in [2^14, 2^15)) split

@@ -57,6 +57,7 @@ void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sme
     trace_bind_unit();
     trace_launch(reinterpret_cast<const void*>(kernel), grid, block);
 #endif
+    apply_carveout(reinterpret_cast<const void*>(kernel));
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
