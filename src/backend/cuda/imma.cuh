@@ -436,7 +436,7 @@ struct Imma<Type::Q2_K> : ImmaNoTabs, ImmaNoHead {
     static DF_DEV float unit_scale(const uint8_t* r, const uint8_t*, int) { return f16_bits_to_f32(lds_u16(r + 80)); }
     static DF_DEV float unit_min(const uint8_t* r) { return f16_bits_to_f32(lds_u16(r + 82)); }
     // The 2-bit quants of elements 8q .. 8q+7 of 32-element slab m, as bytes. The matvec stages
-    // rows 4-byte aligned only (imma_window), so it reads two words.
+    // rows 4-byte aligned only (ImmaWindow), so it reads two words.
     template <bool kAligned8 = true>
     static DF_DEV void quants(const uint8_t* r, int m, int q, uint32_t& lo, uint32_t& hi) {
         const int sh = 2 * (m & 3);
@@ -512,8 +512,8 @@ struct Imma<Type::Q6_K> : ImmaNoTabs, ImmaIqHead {
 // Stream-K: the (tile, unit) pairs of the matrix, tile-major, are cut into one contiguous range
 // per warp of a fixed grid (kImmaBlocksPerSm blocks of kImmaWarps warps per SM, a function of
 // the device only, so a token's sums never depend on T). A warp streams its range through its
-// cp.async ring across tile boundaries. A tile covered by one warp is written directly; otherwise each contributor stores
-// its partial sums (slot 0: the warp's first tile, slot 1: its last), and the last one to arrive
+// cp.async ring across tile boundaries. A tile covered by one warp is written directly;
+// otherwise each contributor stores its partial sums (slot 0: the warp's first tile, slot 1: its last), and the last one to arrive
 // (a per-tile counter) adds them in contributor order, so results are deterministic.
 
 

@@ -24,9 +24,9 @@ void set_pdl_enabled(bool on);
 // kernel's own preference (the driver's default) a kernel whose split differs from the running
 // one's could start its blocks (PDL) only on SMs that had drained; one split for all, the one the
 // model's largest one-token matmul kernel needs (CudaBackend::note_decode_smem), made decode 1-2 %
-// faster (session 20). The largest percent asked for wins; kernels that need more still get it. -1: the driver's
-// choice. Off unless DF_CUDA_CARVEOUT=auto (P, 0..100: forced), for A/B runs (dispatch.cpp says
-// why). Returns the carveout now.
+// faster (session 20). The largest percent asked for wins; kernels that need more still get it;
+// -1: the driver's choice. Off unless DF_CUDA_CARVEOUT=auto (P, 0..100: forced), for A/B runs:
+// per function it also slowed prefill (dispatch.cpp). Returns the carveout now.
 int request_carveout(int percent);
 void apply_carveout(const void* kernel);  // by launch(): the current carveout, if changed
 
