@@ -11,11 +11,11 @@
 namespace df::test {
 namespace {
 
-// The process-wide carveout (kernels.h): a request never lowers it, a higher one raises it, and
-// it stays a percentage.
+// The process-wide decode carveout (kernels.h): a request never lowers it, a higher one raises
+// it, it stays a percentage, and launches carry it only while decode launches are on.
 TEST(CudaOps, CarveoutRequestsOnlyRaiseIt) {
     const char* e = std::getenv("DF_CUDA_CARVEOUT");
-    if (!e || std::strcmp(e, "auto") != 0) GTEST_SKIP() << "the carveout requests apply with DF_CUDA_CARVEOUT=auto only";
+    if (e && std::strcmp(e, "auto") != 0) GTEST_SKIP() << "DF_CUDA_CARVEOUT=" << e << " fixes the carveout";
     const int now = cuda::request_carveout(-1);
     ASSERT_GE(now, -1);
     ASSERT_LE(now, 100);
@@ -26,6 +26,10 @@ TEST(CudaOps, CarveoutRequestsOnlyRaiseIt) {
     const int raised = cuda::request_carveout(-1);
     EXPECT_EQ(raised, std::min(now + 1, 100));
     EXPECT_EQ(cuda::request_carveout(raised), raised);
+    cuda::set_decode_launches(true);
+    EXPECT_EQ(cuda::launch_carveout(), raised);
+    cuda::set_decode_launches(false);
+    EXPECT_EQ(cuda::launch_carveout(), -1);
 }
 
 TEST(CudaOps, RmsNormStridedAliasedAndUnweighted) {

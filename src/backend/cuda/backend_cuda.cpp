@@ -383,6 +383,7 @@ ImmaArgs CudaBackend::imma_args(const Weight& w, const uint8_t* up, int T, float
 
 void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
     op_start();
+    set_decode_launches(s.T <= 8);  // the forward's launches (embed is its first op)
     const QuantOps& ops = ops_for(w);
     EmbedArgs a;
     a.w = matrix(w);

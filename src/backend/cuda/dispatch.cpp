@@ -4,8 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <unordered_map>
-
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 
@@ -67,14 +65,16 @@ bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_pdl_enabled(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
 
 namespace {
-// DF_CUDA_CARVEOUT: unset, the driver's choice (requests are ignored); "auto", the requests'
-// maximum; P (0..100), forced. Not on by default: applied per function it also reached the
-// prefill GEMMs, whose prefill fell from 17.2k to 13.1k tok/s (4B) and 3.08k to 2.33k (27B).
+// DF_CUDA_CARVEOUT: unset or "auto", the requests' maximum on decode launches; -1, the driver's
+// choice everywhere; P (0..100), P on decode launches. Only decode launches carry it: set per
+// function (session 20) it also reached the prefill GEMMs, whose prefill fell from 17.2k to 13.1k
+// tok/s (4B) and 3.08k to 2.33k (27B).
 bool carveout_ok(int n) { return n >= -1 && n <= 100; }
 const char* const kCarveoutEnv = std::getenv("DF_CUDA_CARVEOUT");
-const bool kCarveoutAuto = kCarveoutEnv && std::strcmp(kCarveoutEnv, "auto") == 0;
+const bool kCarveoutAuto = !kCarveoutEnv || std::strcmp(kCarveoutEnv, "auto") == 0;
 const int kCarveoutForced = kCarveoutAuto ? -2 : env_int("DF_CUDA_CARVEOUT", -1, carveout_ok);  // -2: auto
 std::atomic<int> carveout{kCarveoutForced >= -1 ? kCarveoutForced : -1};
+std::atomic<bool> decode_launches{false};
 }  // namespace
 
 int request_carveout(int pct) {
@@ -86,15 +86,9 @@ int request_carveout(int pct) {
     return std::max(cur, pct);
 }
 
-void apply_carveout(const void* kernel) {
-    const int pct = carveout.load(std::memory_order_relaxed);
-    if (pct < 0) return;
-    static std::unordered_map<const void*, int> applied;  // launches are issued from one thread
-    auto [it, fresh] = applied.try_emplace(kernel, pct);
-    if (!fresh && it->second == pct) return;
-    it->second = pct;
-    DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pct));
-}
+void set_decode_launches(bool on) { decode_launches.store(on, std::memory_order_relaxed); }
+
+int launch_carveout() { return decode_launches.load(std::memory_order_relaxed) ? carveout.load(std::memory_order_relaxed) : -1; }
 
 #define DF_X(name) extern const QuantOps kQuantOps_##name;
 #include "backend/cuda/quant_types.inc"

@@ -19,16 +19,20 @@ struct ImmaTables;
 // setter is for tests comparing both ways (call it between ops, not during a capture).
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
-// One shared-memory carveout (percent of an SM's shared memory) for every kernel, set before its
-// launches (launch.cuh). An SM holds blocks of one L1/shared split at a time, so with each
-// kernel's own preference (the driver's default) a kernel whose split differs from the running
-// one's could start its blocks (PDL) only on SMs that had drained; one split for all, the one the
-// model's largest one-token matmul kernel needs (CudaBackend::note_decode_smem), made decode 1-2 %
-// faster (session 20). The largest percent asked for wins; kernels that need more still get it;
-// -1: the driver's choice. Off unless DF_CUDA_CARVEOUT=auto (P, 0..100: forced), for A/B runs:
-// per function it also slowed prefill (dispatch.cpp). Returns the carveout now.
+// One shared-memory carveout (percent of an SM's shared memory) for every decode launch (launch.cuh
+// adds it to a launch while decode launches are on). An SM holds blocks of one L1/shared split at
+// a time, so with each kernel's own preference (the driver's default) a kernel whose split
+// differs from the running one's could start its blocks (PDL) only on SMs that had drained; one
+// split for all, the one the model's largest one-token matmul kernel needs
+// (CudaBackend::note_decode_smem), made decode 1-2 % faster (session 20). Prefill launches keep
+// the driver's choice: the GEMMs lost 25 % with it. The largest percent asked for wins; kernels
+// that need more still get it; -1: the driver's choice. DF_CUDA_CARVEOUT=-1 turns it off, P
+// (0..100) forces P (A/B runs). Returns the carveout now.
 int request_carveout(int percent);
-void apply_carveout(const void* kernel);  // by launch(): the current carveout, if changed
+// Whether the launches from now on are a decode forward's (T <= 8): CudaBackend::embed, the first
+// op of every forward, sets it.
+void set_decode_launches(bool on);
+int launch_carveout();  // for launch(): the carveout while decode launches are on, else -1
 
 // Decode attention splits a context into pieces of at least this many keys (default 16,
 // DF_CUDA_ATTN_SPLIT_KEYS overrides); the setter is for tests, between ops like set_pdl_enabled.

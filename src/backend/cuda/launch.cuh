@@ -41,30 +41,37 @@ inline void trace_bind_unit() {
 }
 #endif
 
-// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute when pdl_enabled() and, with
-// cluster_x > 0, in thread block clusters of cluster_x blocks along x; checked.
+// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute when pdl_enabled(), the decode
+// carveout while decode launches are on (kernels.h) and, with cluster_x > 0, in thread block
+// clusters of cluster_x blocks along x; checked.
 template <typename... Params, typename... Args>
 void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, int cluster_x,
                     Args&&... args) {
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = static_cast<unsigned>(cluster_x);
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[3];
+    int n = 0;
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    if (cluster_x > 0) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = static_cast<unsigned>(cluster_x);
+        attr[n].val.clusterDim.y = 1;
+        attr[n++].val.clusterDim.z = 1;
+    }
+    if (const int carveout = launch_carveout(); carveout >= 0) {
+        attr[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+        attr[n++].val.sharedMemCarveout = static_cast<unsigned>(carveout);
+    }
 #ifdef DF_CUDA_TRACE
     trace_bind_unit();
     trace_launch(reinterpret_cast<const void*>(kernel), grid, block);
 #endif
-    apply_carveout(reinterpret_cast<const void*>(kernel));
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = cluster_x > 0 ? 2 : 1;
+    cfg.numAttrs = static_cast<unsigned>(n);
     DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
