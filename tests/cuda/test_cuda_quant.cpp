@@ -524,5 +524,93 @@ TEST(CudaFoldNorm, FoldedMatvecsEqualNormThenMatvecBitForBit) {
     }
 }
 
+// A decode RMSNorm split between the accumulating matvec before it and the f32 matvecs after it
+// (MatvecArgs::post_xg, no norm kernel) gives the norm-then-matvec results up to rounding (the
+// norm's scale is applied after the products), leaves the residual's bits alone, writes the
+// norm's output, and gives every row of a T-token call the one-token bits.
+TEST(CudaPostNorm, SplitNormMatchesTheNormKernelAndOneTokenResults) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    auto g = test_rng();
+    for (Type t : {Type::Q8_0, Type::Q4_0, Type::IQ4_NL}) {
+        for (int n : {2560, 1056}) {  // the norm's width: the producer's rows, the consumers' columns
+            SCOPED_TRACE(type_str(t) + " n " + std::to_string(n));
+            const int k = 1536, rows = 203;
+            const auto mp = random_matrix(t, n, k, g), m1 = random_matrix(t, rows, n, g), m2 = random_matrix(t, rows, n, g),
+                       m3 = random_matrix(t, rows + 64, n, g);
+            const Weight wp = gpu.load_weight(t, k, n, mp.data(), mp.size());
+            const Weight w1 = gpu.load_weight(t, n, rows, m1.data(), m1.size());
+            const Weight w2 = gpu.load_weight(t, n, rows, m2.data(), m2.size());
+            const Weight w3 = gpu.load_weight(t, n, rows + 64, m3.data(), m3.size());
+            ASSERT_FALSE(cuda.matvec_on_tensor_cores(w1, 1)) << "the split norm is the f32 matvec's";
+            const int T = 3;
+            const auto h0 = randn(g, static_cast<size_t>(T) * n, 3.f), a = randn(g, static_cast<size_t>(T) * k),
+                       nw = randn(g, n);
+            Buf<float> ab(gpu, a), nb(gpu, nw);
+            struct Out {
+                std::vector<float> h, x1, x, o1, o2, o3, f;
+            };
+            const bool was = cuda.post_norm();
+            auto run = [&](bool post, int tokens) {
+                cuda.set_post_norm(post);
+                const int64_t taken = cuda.post_norms_taken();
+                Buf<float> hb(gpu, std::vector<float>(h0.begin(), h0.begin() + static_cast<size_t>(tokens) * n));
+                Buf<float> xb(gpu, static_cast<size_t>(tokens) * n), o1(gpu, static_cast<size_t>(tokens) * rows),
+                    o2(gpu, static_cast<size_t>(tokens) * rows), o3(gpu, static_cast<size_t>(tokens) * (rows + 64)),
+                    fb(gpu, static_cast<size_t>(tokens) * rows), sb(gpu, static_cast<size_t>(tokens) * rows);
+                for (auto* b : {&xb, &o1, &o2, &o3, &fb}) b->poison();
+                Out r;
+                gpu.matmul(wp, ab.p(), tokens, hb.p(), true);  // the residual add, then its norm
+                gpu.rmsnorm(hb.p(), n, nb.p(), tokens, n, 1e-6f, xb.p(), n);
+                gpu.matmul(w1, xb.p(), tokens, o1.p(), false);  // three that share the input: one launch
+                gpu.matmul(w2, xb.p(), tokens, o2.p(), false);
+                gpu.matmul(w3, xb.p(), tokens, o3.p(), false);
+                r.x1 = xb.get();
+                gpu.matmul(wp, ab.p(), tokens, hb.p(), true);
+                gpu.rmsnorm(hb.p(), n, nb.p(), tokens, n, 1e-6f, xb.p(), n);
+                gpu.ffn_gate_up(w1, w2, xb.p(), tokens, fb.p(), sb.p());
+                r.h = hb.get();
+                r.x = xb.get();
+                r.o1 = o1.get();
+                r.o2 = o2.get();
+                r.o3 = o3.get();
+                r.f = fb.get();
+                EXPECT_EQ(cuda.post_norms_taken() - taken, post ? 2 : 0) << "split norms taken";
+                cuda.set_post_norm(was);
+                return r;
+            };
+            const Out plain = run(false, T), split = run(true, T), one = run(true, 1);
+            auto same = [](const std::vector<float>& u, const std::vector<float>& v, size_t count) {
+                return std::memcmp(u.data(), v.data(), count * 4) == 0;
+            };
+            EXPECT_TRUE(same(split.h, plain.h, plain.h.size())) << "the residual";
+            // The norm's outputs and the products: rounding apart (the scale comes after the sums).
+            EXPECT_TRUE(all_close(split.x1, plain.x1, tol_rel(plain.x1, 4 * kEps, 1e-30f))) << "the first norm's output";
+            EXPECT_TRUE(all_close(split.x, plain.x, tol_rel(plain.x, 4 * kEps, 1e-30f))) << "the second norm's output";
+            const auto w1f = dequant_matrix(t, m1, rows, n), w2f = dequant_matrix(t, m2, rows, n),
+                       w3f = dequant_matrix(t, m3, rows + 64, n);
+            auto scaled = [](std::vector<float> d, float ulps) {
+                for (float& v : d) v = ulps * kEps * v + 1e-30f;
+                return d;
+            };
+            EXPECT_TRUE(all_close(split.o1, plain.o1, scaled(abs_dots(w1f, plain.x1, rows, n, T), 128))) << "first of the three";
+            EXPECT_TRUE(all_close(split.o2, plain.o2, scaled(abs_dots(w2f, plain.x1, rows, n, T), 128))) << "second";
+            EXPECT_TRUE(all_close(split.o3, plain.o3, scaled(abs_dots(w3f, plain.x1, rows + 64, n, T), 128))) << "third";
+            // silu(g) u with g, u each within 128 eps sum |w x| of the reference.
+            const auto dg = abs_dots(w1f, plain.x, rows, n, T), du = abs_dots(w2f, plain.x, rows, n, T);
+            std::vector<float> tf(dg.size());
+            for (size_t i = 0; i < tf.size(); ++i) tf[i] = 300 * kEps * du[i] * (dg[i] + 1.f) + 1e-30f;
+            EXPECT_TRUE(all_close(split.f, plain.f, tf)) << "fused gate/up";
+            EXPECT_TRUE(same(one.h, split.h, n)) << "row 0 of a 3-token call: the residual";
+            EXPECT_TRUE(same(one.x1, split.x1, n) && same(one.x, split.x, n)) << "row 0 of a 3-token call: the norms' outputs";
+            EXPECT_TRUE(same(one.o1, split.o1, rows) && same(one.o2, split.o2, rows)) << "row 0 of a 3-token call";
+            EXPECT_TRUE(same(one.o3, split.o3, rows + 64)) << "row 0 of a 3-token call";
+            EXPECT_TRUE(same(one.f, split.f, rows)) << "row 0 of a 3-token call: fused gate/up";
+            for (const Weight* w : {&wp, &w1, &w2, &w3}) gpu.release(const_cast<void*>(w->data));
+        }
+    }
+}
+
 }  // namespace
 }  // namespace df::test
