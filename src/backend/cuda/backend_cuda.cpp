@@ -421,7 +421,7 @@ void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight,
     // Decode after an accumulating f32 matvec into x, pending alone: held, to be split between it
     // and the next matvecs (PendingPost); the conditions are the same for every T <= 8.
     if (post_norm_ && !fold_norm_ && weight && n_rows >= 1 && n_rows <= 8 && x_stride == n && out_stride == n &&
-        n % 4 == 0 && n <= post_cols_ && pending_.size() == 1 && prep_.sets == 0 && !norm_.x && !post_.x &&
+        n % 4 == 0 && n <= post_cols_ && n <= kMatvecPostMaxCols && pending_.size() == 1 && prep_.sets == 0 && !norm_.x && !post_.x &&
         !post_live_.x && !overlap(x, out, static_cast<int64_t>(n) * n_rows)) {
         const PendingMatmul& p = pending_[0];
         if (p.accumulate && p.out == x && pending_T_ == n_rows && p.w.rows == n && !use_imma(p.w, n_rows) &&

@@ -109,6 +109,7 @@ struct MatvecArgs {
     float scale_eps = 0.f;
     float* scale_out = nullptr;       // consumer: [T][cols] or null
 };
+inline constexpr int kMatvecPostMaxCols = 8192;  // a split norm's width, at most
 
 // Whether a T = 1 matvec of this width can fold the RMSNorm before it (MatvecArgs::norm_x).
 bool matvec_can_fold_norm(int cols, int unit);

@@ -20,6 +20,8 @@ namespace df::cuda {
 
 inline constexpr int kMatvecThreads = 256;
 inline constexpr size_t kMatvecMaxStage = 96 * 1024;  // staged activations, bytes per block
+inline constexpr int kMatvecPostPairs = kMatvecPostMaxCols / 2;  // a split norm's row pairs, at most
+static_assert(kMatvecPostPairs % kMatvecThreads == 0);
 
 // Rows a warp group works on together: every activation load serves all of them (4 rows at
 // T = 1 halve activation traffic on the shared L1 pipe; more tokens need the registers). In
@@ -243,16 +245,29 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     __shared__ double post_red[kPost ? kWarps : 1][NT];
     __shared__ float post_inv_s[NT];
     float post_inv[NT];
+    // It also writes the norm's output y = x / rms for later readers, spread over the grid (the
+    // first element of a thread loaded with the pairs: no round trip of its own), and asks L1 for
+    // the activations the loop reads first, so their latency passes during the sum.
     auto post_setup = [&] {
         if constexpr (kPost) {
             if (!a.scale_sq) return;
-            const int pairs = cols / 2;
+            const int pairs = cols / 2, n_out = a.scale_out ? a.T * cols : 0;
+            for (int i = 32 * threadIdx.x; i < a.T * cols; i += 32 * kMatvecThreads)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(a.x + i));
+            const int i0 = blockIdx.x * kMatvecThreads + threadIdx.x;
+            const float x0 = i0 < n_out ? a.x[i0] : 0.f;
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
+                // Every load in flight at once (a loop of dependent adds waited for each in turn).
+                float v[kMatvecPostPairs / kMatvecThreads];
+#pragma unroll
+                for (int j = 0; j < kMatvecPostPairs / kMatvecThreads; ++j) {
+                    const int i = threadIdx.x + j * kMatvecThreads;
+                    v[j] = (NT == 1 || t < a.T) && i < pairs ? __ldg(a.scale_sq + static_cast<size_t>(t) * pairs + i) : 0.f;
+                }
                 double sum = 0.0;
-                if (NT == 1 || t < a.T)
-                    for (int i = threadIdx.x; i < pairs; i += kMatvecThreads)
-                        sum += static_cast<double>(__ldg(a.scale_sq + static_cast<size_t>(t) * pairs + i));
+#pragma unroll
+                for (int j = 0; j < kMatvecPostPairs / kMatvecThreads; ++j) sum += static_cast<double>(v[j]);
                 sum = warp_sum(sum);
                 if (lane == 0) post_red[warp][t] = sum;
             }
@@ -266,14 +281,8 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             __syncthreads();
 #pragma unroll
             for (int t = 0; t < NT; ++t) post_inv[t] = post_inv_s[t];
-        }
-    };
-    // ... and at the end: the norm's output y = x / rms for later readers, spread over the grid.
-    auto post_output = [&] {
-        if constexpr (kPost) {
-            if (!a.scale_out) return;
-            const int n = a.T * cols;
-            for (int i = blockIdx.x * kMatvecThreads + threadIdx.x; i < n; i += gridDim.x * kMatvecThreads)
+            if (i0 < n_out) a.scale_out[i0] = __fmul_rn(x0, post_inv_s[i0 / cols]);
+            for (int i = i0 + gridDim.x * kMatvecThreads; i < n_out; i += gridDim.x * kMatvecThreads)
                 a.scale_out[i] = __fmul_rn(a.x[i], post_inv_s[i / cols]);
         }
     };
@@ -394,7 +403,6 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                 }
                 if (live) finish(my_rg);
             }
-            post_output();
             return;
         }
     }
@@ -534,7 +542,6 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             ch = nch;
         }
     }
-    post_output();
 }
 
 // Shared memory of the staged-activation path (T > 1), or 0 when it does not fit.
@@ -621,7 +628,8 @@ void matvec_launch(const MatvecArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(!(a.post_xg || a.scale_sq) || (matvec_ring_type<TY>() && !a.norm_x), "matvec: a split norm needs a ring type");
     DF_CUDA_REQUIRE(!a.post_xg || (a.post_g && a.post_sq && a.accumulate && !a.up && a.segs == 0 && a.w.rows % 4 == 0),
                     "matvec: a split norm's producer is one accumulating matrix of 4k rows");
-    DF_CUDA_REQUIRE(!a.scale_sq || a.w.cols % 4 == 0, "matvec: a split norm's consumer needs 4k columns");
+    DF_CUDA_REQUIRE(!a.scale_sq || (a.w.cols % 4 == 0 && a.w.cols <= kMatvecPostMaxCols),
+                    "matvec: a split norm's consumer needs 4k columns, at most kMatvecPostMaxCols");
     if (a.T == 1)
         matvec_launch_nt<TY, 1>(a, s);
     else if (a.T == 2)
