@@ -94,7 +94,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* m = std::getenv("DF_CUDA_IMMA_SKIP")) imma_skip_ = m;  // block type names, for A/B runs
     if (const char* q = std::getenv("DF_CUDA_QGEMM")) qgemm_ = std::string(q) != "0";
     if (const char* f = std::getenv("DF_CUDA_FOLD_NORM")) fold_norm_ = std::string(f) == "1";
-    if (const char* p = std::getenv("DF_CUDA_POST_NORM")) post_norm_ = std::string(p) != "0";
     if (const char* m = std::getenv("DF_CUDA_MERGE_MATVEC")) merge_matvecs_ = std::string(m) != "0";
     if (const char* m = std::getenv("DF_CUDA_IMMA_TWO")) imma_two_ = std::string(m) != "0";
     if (const char* g = std::getenv("DF_CUDA_GDN_FUSED")) gdn_fused_ = std::string(g) != "0";
@@ -261,14 +260,6 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
             imma_tiles_ = tiles;
         }
     }
-    // The split norm's buffers (MatvecArgs::post_xg), sized by the widest matvec that can read them.
-    if (const QuantOps* ops = quant_ops(held); ops && ops->matvec_post_norm && cols % 4 == 0 && cols > post_cols_) {
-        release(post_xg_);
-        release(post_sq_);
-        post_xg_ = static_cast<float*>(alloc(sizeof(float) * 8 * static_cast<size_t>(cols), MemKind::scratch));
-        post_sq_ = static_cast<float*>(alloc(sizeof(float) * 4 * static_cast<size_t>(cols), MemKind::scratch));
-        post_cols_ = static_cast<int>(cols);
-    }
     Weight w;
     w.type = held;
     w.cols = cols;
@@ -352,7 +343,6 @@ bool CudaBackend::use_imma(const Weight& w, int T) const {
 
 void CudaBackend::op_start() {
     flush();
-    post_live_ = {};    // the split norm's consumers, if any, were launched
     xq_src_ = nullptr;  // this op may write the converted activations' source
     qg_src_ = nullptr;
 }
@@ -418,20 +408,6 @@ void CudaBackend::fold_into(MatvecArgs& a, const PendingNorm& n, bool write) {
 
 void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
                           float* out, int64_t out_stride) {
-    // Decode after an accumulating f32 matvec into x, pending alone: held, to be split between it
-    // and the next matvecs (PendingPost); the conditions are the same for every T <= 8.
-    if (post_norm_ && !fold_norm_ && weight && n_rows >= 1 && n_rows <= 8 && x_stride == n && out_stride == n &&
-        n % 4 == 0 && n <= post_cols_ && n <= kMatvecPostMaxCols && pending_.size() == 1 && prep_.sets == 0 && !norm_.x && !post_.x &&
-        !post_live_.x && !overlap(x, out, static_cast<int64_t>(n) * n_rows)) {
-        const PendingMatmul& p = pending_[0];
-        if (p.accumulate && p.out == x && pending_T_ == n_rows && p.w.rows == n && !use_imma(p.w, n_rows) &&
-            !use_qgemm(p.w, n_rows) && ops_for(p.w).matvec_post_norm) {
-            post_ = {x, weight, n, n_rows, eps, out};
-            xq_src_ = nullptr;  // as op_start: `out` is being rewritten
-            qg_src_ = nullptr;
-            return;
-        }
-    }
     op_start();
     // Held back when a matvec could fold it (folds_norm checks the width); else launched by the next flush.
     if (fold_norm_ && n_rows == 1 && weight && !overlap(x, out, n) && aligned16(x) && aligned16(out) && aligned16(weight)) {
@@ -521,33 +497,8 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     }
 }
 
-bool CudaBackend::post_consumer(const Weight& w, const float* x, int T, const float* out) const {
-    const PendingPost& p = post_.x ? post_ : post_live_;
-    return p.x && x == p.out && T == p.T && w.cols == p.n && !use_imma(w, T) && !use_qgemm(w, T) &&
-           ops_for(w).matvec_post_norm && !overlap(out, p.out, static_cast<int64_t>(p.n) * T);
-}
-
-void CudaBackend::take_post() {
-    post_live_ = post_;
-    post_ = {};
-    ++post_taken_;
-    post_producer_ = post_live_.x;
-    flush();  // the producer, writing post_xg_ and post_sq_ (matvec_args)
-    post_producer_ = nullptr;
-}
-
 void CudaBackend::matmul(const Weight& w, const float* x, int T, float* out, bool accumulate) {
     if (T <= 0) return;
-    // A held split norm: this matmul takes it or it becomes a kernel; a consumer that cannot
-    // take a taken one waits for those that did (they write the norm's output).
-    if (post_.x) {
-        if (post_consumer(w, x, T, out))
-            take_post();
-        else
-            flush();
-    } else if (post_live_.x && x == post_live_.out && !post_consumer(w, x, T, out)) {
-        flush();
-    }
     note_decode_smem(w.type, false);
     const bool fold = folds_norm(w, x, T, out);
     if (norm_.x && !fold) flush();  // the held-back norm (and any group folding it) first
@@ -579,15 +530,6 @@ void CudaBackend::flush_prep() {
 }
 
 void CudaBackend::flush_matmuls() {
-    const PendingPost held = post_;  // a split norm nobody took: a kernel after its producer
-    post_ = {};
-    const bool consumers = !post_producer_ && post_live_.x && !pending_.empty() && pending_x_ == post_live_.out;
-    flush_pending();
-    if (consumers) post_live_ = {};
-    if (held.x) launch_norm(held.x, held.n, held.w, held.T, held.n, held.eps, held.out, held.n);
-}
-
-void CudaBackend::flush_pending() {
     const PendingNorm fold = norm_;  // the pending matmuls, if any, all fold it (matmul() checked)
     norm_ = {};
     if (pending_.empty()) {
@@ -717,16 +659,6 @@ MatvecArgs CudaBackend::matvec_args(const Weight& w, const float* x, int T, floa
     a.warps_per_row = warps_per_row(w, ops_for(w).unit, static_cast<int>((w.rows + rows_per_group - 1) / rows_per_group));
     a.tables = tables_;
     if (fold) fold_into(a, *fold, write_norm);
-    if (post_producer_ && out == post_producer_ && accumulate && w.rows == post_live_.n) {
-        a.post_xg = post_xg_;
-        a.post_g = post_live_.w;
-        a.post_sq = post_sq_;
-    } else if (!post_producer_ && post_live_.x && x == post_live_.out) {
-        a.x = post_xg_;
-        a.scale_sq = post_sq_;
-        a.scale_eps = post_live_.eps;
-        a.scale_out = write_norm ? post_live_.out : nullptr;
-    }
     return a;
 }
 
@@ -778,12 +710,6 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
     if (T <= 0) return;
     const bool pair = wg.type == wu.type && wg.rows == wu.rows && wg.cols == wu.cols && wg.row_stride == wu.row_stride;
     const bool fused = T <= 8 && pair;
-    if (post_.x) {
-        if (fused && post_consumer(wg, x, T, out) && !overlap(scratch, post_.out, static_cast<int64_t>(post_.n) * T))
-            take_post();
-        else
-            flush();
-    }
     note_decode_smem(wg.type, pair);
     if (!pair) note_decode_smem(wu.type, false);
     // Decode after an RMSNorm: the fused f32 matvec folds it (nothing else is pending then).
@@ -807,7 +733,6 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
         MatvecArgs a = matvec_args(wg, x, T, out, false, 2, norm.x ? &norm : nullptr, true);  // two outputs per group
         a.up = static_cast<const uint8_t*>(wu.data);
         ops_for(wg).matvec(a, stream_);
-        post_live_ = {};  // taken above, if it was
         return;
     }
     // Prefill: the SwiGLU also converts its result for the down projection's exact-f16 GEMM (which

@@ -99,15 +99,6 @@ public:
         fold_norm_ = on;
     }
     bool fold_norm() const { return fold_norm_; }
-    // Decode RMSNorm split between the accumulating matvec before it and the f32 matvecs after it
-    // (MatvecArgs::post_xg): no kernel of its own. On by default (DF_CUDA_POST_NORM=0 turns it
-    // off); for tests and A/B runs.
-    void set_post_norm(bool on) {
-        flush();
-        post_norm_ = on;
-    }
-    bool post_norm() const { return post_norm_; }
-    int64_t post_norms_taken() const { return post_taken_; }  // split norms so far (tests)
     bool gemm_on_exact_f16(const Weight& w, int T) const { return use_qgemm(w, T); }
     // Launches the held-back matmuls and attention prep (every op and memory call does this first).
     void flush();
@@ -134,27 +125,6 @@ private:
     };
     PendingNorm norm_;
     bool fold_norm_ = false;
-    // A split RMSNorm (MatvecArgs::post_xg): rmsnorm() holds it while the accumulating matvec
-    // that writes its input is pending alone (post_); the next matmul or ffn_gate_up reading its
-    // output with f32 matvecs of the ring types takes it: the producer is launched writing
-    // post_xg_ and post_sq_, and the pending consumers then read those (post_live_) and write the
-    // norm's output. Any other op launches the producer and a norm kernel (flush).
-    struct PendingPost {
-        const float* x = nullptr;  // the residual (the producer's output); null: none
-        const float* w = nullptr;
-        int n = 0, T = 0;
-        float eps = 0.f;
-        float* out = nullptr;
-    };
-    PendingPost post_, post_live_;
-    const float* post_producer_ = nullptr;  // set while flush launches the producer (its output)
-    bool post_norm_ = true;
-    int64_t post_taken_ = 0;
-    float* post_xg_ = nullptr;  // [8][post_cols_]
-    float* post_sq_ = nullptr;  // [8][post_cols_ / 2]
-    int post_cols_ = 0;
-    bool post_consumer(const Weight& w, const float* x, int T, const float* out) const;
-    void take_post();
     void launch_norm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps, float* out,
                      int64_t out_stride);
     bool folds_norm(const Weight& w, const float* x, int T, const float* out) const;
@@ -162,7 +132,6 @@ private:
     void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
                     bool may_split = false, const PendingNorm* fold = nullptr, bool write_norm = false);
     void flush_matmuls();
-    void flush_pending();  // flush_matmuls without the split norm's bookkeeping
     bool imma_two_ = true;
     ImmaTwoFn find_imma_two(const int* unit_of, int units, int (&two)[2]) const;
     void run_imma_two(ImmaTwoFn fn, const int* unit_of, const int (&two)[2]);

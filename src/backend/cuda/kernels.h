@@ -94,22 +94,7 @@ struct MatvecArgs {
     const float* norm_w = nullptr;
     float norm_eps = 0.f;
     float* norm_out = nullptr;
-    // The decode RMSNorm between an accumulating matvec (the residual add) and the matvecs that
-    // read the norm's output, done by the two with no kernel of its own (CudaBackend: T <= 8, the
-    // ring types, matvec_post_norm). y = rmsnorm(h) g = (h g) / rms(h): the producer (post_xg set)
-    // writes h g for each output h it adds, and per token and row pair h0^2 + h1^2 (f32); the
-    // consumers (scale_sq set) take h g as x, sum the pairs (one order, whatever T, blockDim or
-    // grid), multiply each output's sum by 1 / rms, and write y to scale_out spread over their
-    // blocks (the norm's output for any later reader). Rows (producer) and cols (consumer) a
-    // multiple of 4; x contiguous (token stride cols).
-    float* post_xg = nullptr;         // producer: [T][rows]
-    const float* post_g = nullptr;    // producer: the norm's weight, rows values
-    float* post_sq = nullptr;         // producer: [T][rows / 2]
-    const float* scale_sq = nullptr;  // consumer: the producer's post_sq, [T][cols / 2]
-    float scale_eps = 0.f;
-    float* scale_out = nullptr;       // consumer: [T][cols] or null
 };
-inline constexpr int kMatvecPostMaxCols = 8192;  // a split norm's width, at most
 
 // Whether a T = 1 matvec of this width can fold the RMSNorm before it (MatvecArgs::norm_x).
 bool matvec_can_fold_norm(int cols, int unit);
@@ -200,7 +185,6 @@ struct QuantOps {
     // Shared memory per SM of the one-token matmul kernels of the type (on the imma path or the
     // f32 one): resident blocks x (dynamic + static + the 1 KB an SM reserves per block), at most.
     int (*decode_smem_per_sm)(bool imma, bool pair);
-    bool matvec_post_norm;  // its matvecs take MatvecArgs::post_xg / scale_sq (the ring types)
 };
 
 // Activations of a qgemm: per token t, x 2^k_t (k_t puts the largest |x| in [2^14, 2^15)) split

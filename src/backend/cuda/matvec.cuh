@@ -20,8 +20,6 @@ namespace df::cuda {
 
 inline constexpr int kMatvecThreads = 256;
 inline constexpr size_t kMatvecMaxStage = 96 * 1024;  // staged activations, bytes per block
-inline constexpr int kMatvecPostPairs = kMatvecPostMaxCols / 2;  // a split norm's row pairs, at most
-static_assert(kMatvecPostPairs % kMatvecThreads == 0);
 
 // Rows a warp group works on together: every activation load serves all of them (4 rows at
 // T = 1 halve activation traffic on the shared L1 pipe; more tokens need the registers). In
@@ -71,9 +69,7 @@ constexpr size_t matvec_ring_bytes(int ring) { return (kMatvecThreads / 32) * ma
 // buffer, each lane copies its own units of the next kRing chunks into its warp's ring in shared
 // memory with cp.async, so bytes in flight hold no registers; a lane reads back only what it
 // copied, so no barrier is needed. Same units, order and reductions: the same bits.
-// kPost: the kernel may be the producer or a consumer of a split RMSNorm (MatvecArgs::post_xg,
-// scale_sq; the ring types only).
-template <Type TY, int NT, bool kPair, int kRing = 0, bool kPost = false>
+template <Type TY, int NT, bool kPair, int kRing = 0>
 __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) matvec_kernel(const MatvecArgs a) {
     pdl_trigger();  // pdl_wait() comes after the weight-only prologue
     using Q = Quant<TY>;
@@ -229,62 +225,13 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     // Accumulating calls: each writer lane (lane r * NT + t of the group's first warp) reads its
     // output's old value when the row group starts, so that read's latency passes while the row
     // group's chunks are decoded instead of after the reduction (only the writer stores there).
-    float old = 0.f, post_g = 0.f;  // post_g: the split norm's weight of the lane's row (kPost)
+    float old = 0.f;
     auto fetch_old = [&](int rg) {
         if (!a.accumulate || kPair || warp % wpr != 0 || lane >= R * NT || rg >= row_groups) return;
         const int r = lane / NT, t = lane % NT;
         const Seg sg = seg_of(rg);
         const int row = rg * R + r - sg.row0;
         if (t < a.T && row < sg.rows) old = sg.out[static_cast<size_t>(t) * sg.rows + row];
-        if constexpr (kPost)
-            if (a.post_xg && row < sg.rows) post_g = __ldg(a.post_g + row);
-    };
-    // Split norm, consumer side (after pdl_wait, every thread): 1 / rms of each token from the
-    // producer's row-pair sums; thread i adds pairs i, i + blockDim, ... in order (in double), then
-    // the warps' totals in warp order: the same bits in every kernel, whatever T.
-    __shared__ double post_red[kPost ? kWarps : 1][NT];
-    __shared__ float post_inv_s[NT];
-    float post_inv[NT];
-    // It also writes the norm's output y = x / rms for later readers, spread over the grid (the
-    // first element of a thread loaded with the pairs: no round trip of its own), and asks L1 for
-    // the activations the loop reads first, so their latency passes during the sum.
-    auto post_setup = [&] {
-        if constexpr (kPost) {
-            if (!a.scale_sq) return;
-            const int pairs = cols / 2, n_out = a.scale_out ? a.T * cols : 0;
-            for (int i = 32 * threadIdx.x; i < a.T * cols; i += 32 * kMatvecThreads)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(a.x + i));
-            const int i0 = blockIdx.x * kMatvecThreads + threadIdx.x;
-            const float x0 = i0 < n_out ? a.x[i0] : 0.f;
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                // Every load in flight at once (a loop of dependent adds waited for each in turn).
-                float v[kMatvecPostPairs / kMatvecThreads];
-#pragma unroll
-                for (int j = 0; j < kMatvecPostPairs / kMatvecThreads; ++j) {
-                    const int i = threadIdx.x + j * kMatvecThreads;
-                    v[j] = (NT == 1 || t < a.T) && i < pairs ? __ldg(a.scale_sq + static_cast<size_t>(t) * pairs + i) : 0.f;
-                }
-                double sum = 0.0;
-#pragma unroll
-                for (int j = 0; j < kMatvecPostPairs / kMatvecThreads; ++j) sum += static_cast<double>(v[j]);
-                sum = warp_sum(sum);
-                if (lane == 0) post_red[warp][t] = sum;
-            }
-            __syncthreads();
-            if (threadIdx.x < NT) {
-                double sum = 0.0;
-#pragma unroll
-                for (int k = 0; k < kWarps; ++k) sum += post_red[k][threadIdx.x];
-                post_inv_s[threadIdx.x] = rms_scale(sum, cols, a.scale_eps);
-            }
-            __syncthreads();
-#pragma unroll
-            for (int t = 0; t < NT; ++t) post_inv[t] = post_inv_s[t];
-            if (i0 < n_out) a.scale_out[i0] = __fmul_rn(x0, post_inv_s[i0 / cols]);
-            for (int i = i0 + gridDim.x * kMatvecThreads; i < n_out; i += gridDim.x * kMatvecThreads)
-                a.scale_out[i] = __fmul_rn(a.x[i], post_inv_s[i / cols]);
-        }
     };
     auto finish = [&](int rg) {
 #pragma unroll
@@ -314,17 +261,8 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             group_barrier(1 + gw, L);  // red is rewritten by the next row group
         }
         if (writer) {
-            if constexpr (kPost) {
-                if (a.scale_sq) {  // consumer of a split norm: the products of x = h g, times 1 / rms
-#pragma unroll
-                    for (int r = 0; r < R; ++r)
-#pragma unroll
-                        for (int t = 0; t < NT; ++t) acc[r][t] = __fmul_rn(acc[r][t], post_inv[t]);
-                }
-            }
             // One lane per output value.
             const Seg sg = seg_of(rg);
-            float mine = 0.f;  // the lane's output (kPost producer)
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -335,22 +273,9 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
                         if ((r & 1) == 0 && o < rows) a.out[static_cast<size_t>(t) * rows + o] = silu_f(acc[r][t]) * acc[r + 1][t];
                     } else {
                         const int row = rg * R + r - sg.row0;
-                        mine = a.accumulate ? old + acc[r][t] : acc[r][t];
-                        if (row < sg.rows) sg.out[static_cast<size_t>(t) * sg.rows + row] = mine;
+                        if (row < sg.rows) sg.out[static_cast<size_t>(t) * sg.rows + row] = a.accumulate ? old + acc[r][t] : acc[r][t];
                     }
                 }
-            if constexpr (kPost && !kPair) {
-                if (a.post_xg) {  // producer of a split norm (one matrix, rows a multiple of 4)
-                    const float next = __shfl_down_sync(0xffffffffu, mine, NT);  // row r + 1, same token
-                    const int r = lane / NT, t = lane % NT, row = rg * R + r;
-                    if (lane < R * NT && t < a.T && row < rows) {
-                        a.post_xg[static_cast<size_t>(t) * rows + row] = __fmul_rn(mine, post_g);
-                        if ((r & 1) == 0)
-                            a.post_sq[static_cast<size_t>(t) * (rows / 2) + row / 2] =
-                                __fadd_rn(__fmul_rn(mine, mine), __fmul_rn(next, next));
-                    }
-                }
-            }
         }
 #pragma unroll
         for (int r = 0; r < R; ++r)
@@ -370,7 +295,6 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             // pair); the groups walk their row groups and chunks in lockstep. Each unit's row is
             // padded by 4 floats so consecutive lanes hit distinct banks.
             pdl_wait();
-            post_setup();
             // Round k while any group of the block has a row group (the block-uniform bound keeps
             // the barriers below reached by every thread); numbered as above.
             for (int k = 0; k * stride + static_cast<int>(blockIdx.x) < row_groups; ++k) {
@@ -481,7 +405,6 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             step_issue(qg, qc);
         }
         pdl_wait();
-        post_setup();
         for (int k = 0; rg < row_groups; ++k) {
             const int slot = k % kRing;
             if (ch == 0) fetch_old(rg);
@@ -512,7 +435,6 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
         if (rg < row_groups) load_chunk(cur, rg, 0);
         pdl_wait();  // the first weights are in flight; activations and outputs from here
         if (fold) stage_norm();
-        post_setup();
         while (rg < row_groups) {
             if (ch == 0) fetch_old(rg);
             int nrg, nch;
@@ -530,7 +452,6 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     } else {
         pdl_wait();
         if (fold) stage_norm();
-        post_setup();
         while (rg < row_groups) {
             if (ch == 0) fetch_old(rg);
             load_chunk(cur, rg, ch);
@@ -555,7 +476,7 @@ size_t matvec_stage_bytes(int warps_per_row) {
 // Shared memory of a folded norm's activations (T = 1): every unit of the row, padded.
 inline size_t matvec_norm_bytes(int cols, int unit) { return sizeof(float) * (cols / unit) * (unit + 4); }
 
-template <Type TY, int NT, bool kPair, int kRing = 0, bool kPost = false>
+template <Type TY, int NT, bool kPair, int kRing = 0>
 void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     MatvecArgs a = a_in;
     size_t smem = matvec_stage_bytes<TY, NT>(a.warps_per_row);
@@ -569,11 +490,11 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     int slot = cached_smem[0] == smem ? 0 : cached_smem[1] == smem ? 1 : -1;
     if (slot < 0) {
         int dev = 0, sms = 0, per_sm = 0;
-        DF_CUDA_CHECK(cudaFuncSetAttribute(matvec_kernel<TY, NT, kPair, kRing, kPost>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        DF_CUDA_CHECK(cudaFuncSetAttribute(matvec_kernel<TY, NT, kPair, kRing>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kMatvecMaxStage)));
         DF_CUDA_CHECK(cudaGetDevice(&dev));
         DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<TY, NT, kPair, kRing, kPost>, kMatvecThreads, smem));
+        DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<TY, NT, kPair, kRing>, kMatvecThreads, smem));
         slot = cached_smem[0] == ~size_t{0} ? 0 : 1;  // the second size replaces itself
         cached_smem[slot] = smem;
         cached_resident[slot] = sms * std::max(per_sm, 1);
@@ -583,20 +504,11 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     constexpr int kOut = kPair ? matvec_rows<NT>() / 2 : matvec_rows<NT>();
     const int row_groups = (a.w.rows + kOut - 1) / kOut;
     const int blocks = std::min(resident, (row_groups + groups_per_block - 1) / groups_per_block);
-    launch(matvec_kernel<TY, NT, kPair, kRing, kPost>, blocks, kMatvecThreads, smem, s, a);
+    launch(matvec_kernel<TY, NT, kPair, kRing>, blocks, kMatvecThreads, smem, s, a);
 }
 
 template <Type TY, int NT>
 void matvec_launch_nt(const MatvecArgs& a, cudaStream_t s) {
-    if constexpr (matvec_ring_type<TY>()) {
-        if (a.post_xg || a.scale_sq) {  // a split norm: at T = 1 the default ring (same bits as any)
-            if constexpr (NT == 1)
-                a.up ? matvec_launch_kernel<TY, 1, true, 2, true>(a, s) : matvec_launch_kernel<TY, 1, false, 2, true>(a, s);
-            else
-                a.up ? matvec_launch_kernel<TY, NT, true, 0, true>(a, s) : matvec_launch_kernel<TY, NT, false, 0, true>(a, s);
-            return;
-        }
-    }
     if constexpr (matvec_ring_type<TY>() && NT == 1) {
         if (!a.norm_x) {
             switch (matvec_ring()) {
@@ -625,11 +537,6 @@ void matvec_launch(const MatvecArgs& a, cudaStream_t s) {
         DF_CUDA_REQUIRE(a.seg_row[k] % 4 == 0 && a.seg_row[k] > a.seg_row[k - 1], "matvec: segments must start at multiples of 4 rows");
     DF_CUDA_REQUIRE(!a.norm_x || (a.T == 1 && matvec_can_fold_norm(a.w.cols, Quant<TY>::kUnit)),
                     "matvec: a folded norm needs T = 1 and a row of at most 64 units of 256");
-    DF_CUDA_REQUIRE(!(a.post_xg || a.scale_sq) || (matvec_ring_type<TY>() && !a.norm_x), "matvec: a split norm needs a ring type");
-    DF_CUDA_REQUIRE(!a.post_xg || (a.post_g && a.post_sq && a.accumulate && !a.up && a.segs == 0 && a.w.rows % 4 == 0),
-                    "matvec: a split norm's producer is one accumulating matrix of 4k rows");
-    DF_CUDA_REQUIRE(!a.scale_sq || (a.w.cols % 4 == 0 && a.w.cols <= kMatvecPostMaxCols),
-                    "matvec: a split norm's consumer needs 4k columns, at most kMatvecPostMaxCols");
     if (a.T == 1)
         matvec_launch_nt<TY, 1>(a, s);
     else if (a.T == 2)

@@ -27,6 +27,5 @@ int decode_smem_per_sm(bool imma, bool pair) {
     const QuantOps kQuantOps_##name = {Quant<Type::name>::kUnit, matvec_launch<Type::name>,          \
                                        gemm_launch<Type::name>, embed_launch<Type::name>, \
                                        imma_entry<Type::name>(), qgemm_entry<Type::name>(),            \
-                                       decode_smem_per_sm<Type::name>,                                 \
-                                       matvec_ring_type<Type::name>()};                                \
+                                       decode_smem_per_sm<Type::name>};                                \
     }
