@@ -88,7 +88,9 @@ int request_carveout(int pct) {
 
 void set_decode_launches(bool on) { decode_launches.store(on, std::memory_order_relaxed); }
 
-int launch_carveout() { return decode_launches.load(std::memory_order_relaxed) ? carveout.load(std::memory_order_relaxed) : -1; }
+int launch_carveout() {
+    return decode_launches.load(std::memory_order_relaxed) ? carveout.load(std::memory_order_relaxed) : -1;
+}
 
 #define DF_X(name) extern const QuantOps kQuantOps_##name;
 #include "backend/cuda/quant_types.inc"
