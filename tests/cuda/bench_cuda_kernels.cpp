@@ -183,7 +183,8 @@ TEST(CudaBench, DISABLED_OtherOps) {
     const double peak = copy_gbs();
     struct A { int heads, kv_heads, D, depth; KvType kt; const char* what; };
     for (const A a : {A{24, 4, 256, 8192, KvType::f16, "27B attn depth 8192 f16"}, A{24, 4, 256, 8192, KvType::f32, "27B attn depth 8192 f32"},
-                      A{32, 8, 128, 8192, KvType::f16, "4B attn depth 8192 f16"}, A{32, 8, 128, 600, KvType::f16, "4B attn depth 600 f16"},
+                      A{32, 8, 128, 8192, KvType::f16, "4B attn depth 8192 f16"}, A{32, 8, 128, 2040, KvType::f16, "4B attn depth 2040 f16"},
+                      A{32, 8, 128, 4096, KvType::f16, "4B attn depth 4096 f16"}, A{32, 8, 128, 600, KvType::f16, "4B attn depth 600 f16"},
                       A{32, 8, 128, 128, KvType::f16, "4B attn depth 128 f16"}}) {
         const size_t elem = a.kt == KvType::f16 ? 2 : 4, kv_dim = static_cast<size_t>(a.kv_heads) * a.D;
         Buf<uint8_t> kc(gpu, elem * (a.depth + 1) * kv_dim), vc(gpu, elem * (a.depth + 1) * kv_dim);
@@ -193,6 +194,7 @@ TEST(CudaBench, DISABLED_OtherOps) {
         s.T = 1;
         s.pos = pos.p();
         s.max_ctx = a.depth + 1;
+        s.pos0_hint = a.depth;  // the kernels decode picks at this depth (without it, every token's)
         const AttnShape sh{a.heads, a.kv_heads, a.D, a.D, a.heads * a.D, 0.0625f};
         const double us = time_us([&](int) { gpu.attention(q.p(), kc.p(), vc.p(), a.kt, sh, s, out.p()); }, 50);
         const double bytes = 2.0 * elem * (a.depth + 1) * kv_dim;

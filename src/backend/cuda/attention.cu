@@ -30,6 +30,12 @@ constexpr int kAttnWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per block
 constexpr int kMaxDecodeTokens = 8;  // up to this T: split flash decoding; above: the prefill kernel
 constexpr int kClusterWarps = 8;     // warps per block of the cluster kernel
+#ifndef DF_ATTN_AHEAD_SMALL  // keys in flight per warp (head dims <= 128 / larger): A/B build knobs
+#define DF_ATTN_AHEAD_SMALL 4
+#endif
+#ifndef DF_ATTN_AHEAD_LARGE
+#define DF_ATTN_AHEAD_LARGE 2
+#endif
 
 // How a context of n_kv keys is split: pieces of `per` keys, at least split_keys (a short context
 // does not pay for many nearly empty blocks and a combine) and few enough that `used` <= the
@@ -118,6 +124,182 @@ DF_DEV void unpack_row(const RawRow<DPL, kHalf>& r, float (&v)[DPL]) {
     }
 }
 
+// A lane's DPL values of a cache row staged in shared memory at p (read_raw) .
+template <int DPL, bool kHalf>
+DF_DEV void read_raw(const uint8_t* p, RawRow<DPL, kHalf>& r) {
+    if constexpr (RawRow<DPL, kHalf>::kPairs && DPL % 8 == 0) {
+#pragma unroll
+        for (int e = 0; e < DPL / 8; ++e) {
+            const uint4 v = reinterpret_cast<const uint4*>(p)[e];
+            r.w[4 * e] = v.x; r.w[4 * e + 1] = v.y; r.w[4 * e + 2] = v.z; r.w[4 * e + 3] = v.w;
+        }
+    } else if constexpr (RawRow<DPL, kHalf>::kPairs && DPL % 4 == 0) {
+#pragma unroll
+        for (int e = 0; e < DPL / 4; ++e) {
+            const uint2 v = reinterpret_cast<const uint2*>(p)[e];
+            r.w[2 * e] = v.x; r.w[2 * e + 1] = v.y;
+        }
+    } else if constexpr (RawRow<DPL, kHalf>::kPairs) {
+#pragma unroll
+        for (int e = 0; e < DPL / 2; ++e) r.w[e] = reinterpret_cast<const uint32_t*>(p)[e];
+    } else if constexpr (kHalf) {
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) r.w[e] = reinterpret_cast<const unsigned short*>(p)[e];
+    } else if constexpr (DPL % 4 == 0) {
+#pragma unroll
+        for (int e = 0; e < DPL / 4; ++e) {
+            const uint4 v = reinterpret_cast<const uint4*>(p)[e];
+            r.w[4 * e] = v.x; r.w[4 * e + 1] = v.y; r.w[4 * e + 2] = v.z; r.w[4 * e + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) r.w[e] = reinterpret_cast<const uint32_t*>(p)[e];
+    }
+}
+
+// The split kernel's keys in tiles (long contexts): per key and head the per-key form below
+// spends a 5-step warp reduction and two exponentials on 2 x DPL multiply-adds, which bound it
+// by instruction issue at ~30 % of bandwidth. Here a warp takes KT keys at a time:
+//  - the tile's K and V rows stream through a per-warp ring of shared memory (cp.async, S
+//    stages), so several tiles are in flight without holding registers;
+//  - lane l scores slot j against row j ^ perm(l), perm(l) = bits of l above 32 / KT, so the
+//    KT partial dot products reduce by a transposing butterfly (KT - 1 + log2(32 / KT)
+//    shuffles per head instead of 5 KT) after which lane l holds key perm(l)'s full score;
+//  - one running maximum per tile (log2 KT shuffles), one rescale of the outputs per tile, each
+//    lane exponentiates its own key and keeps its own share of the denominator (summed at the
+//    end over the KT key lanes);
+//  - V rows in order: the key's weight comes from its lane by one shuffle per head.
+// Every sum runs in an order fixed by the key range: a token's bits do not depend on T.
+// Output as attend_keys: per head m (the running max), l (the denominator, on every lane) and
+// acc (lane's dims).
+// Keys per tile: 8 where the partial scores (G x KT registers) fit beside q and the outputs and
+// a block's rings fit shared memory (f32 rows of 256 dims: 4).
+template <int DPL, bool kHalf, int G>
+constexpr int ring_tile_keys() { return DPL * G <= 48 && (kHalf || DPL <= 4) ? 8 : 4; }
+inline constexpr int kRingStages = 3;
+template <int DPL, bool kHalf, int G>
+constexpr int ring_tile_bytes() { return ring_tile_keys<DPL, kHalf, G>() * 32 * DPL * (kHalf ? 2 : 4); }
+template <int DPL, bool kHalf, int G, int W>
+constexpr int ring_smem_bytes() { return W * kRingStages * 2 * ring_tile_bytes<DPL, kHalf, G>(); }
+
+template <int DPL, bool kHalf, int G, int W>
+DF_DEV void attend_keys_ring(const AttnArgs& a, const float* q, int q_stride, int group, int kvh, int k_begin, int k_end,
+                             int warp, int lane, uint8_t* ring, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
+    constexpr int D = 32 * DPL, E = kHalf ? 2 : 4, RB = D * E, KT = ring_tile_keys<DPL, kHalf, G>(), LK = KT == 8 ? 3 : 2;
+    constexpr int S = kRingStages, TB = ring_tile_bytes<DPL, kHalf, G>(), CH = TB / 16, NC = (CH + 31) / 32;
+    constexpr unsigned kAll = 0xffffffffu;
+    static_assert(RB % 16 == 0, "attention ring: cache rows must be a multiple of 16 bytes");
+    float qv[G][DPL];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        const float* qp = q + static_cast<int64_t>(min(i, group - 1)) * q_stride + lane * DPL;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) qv[i][e] = qp[e] * a.scale;
+    }
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[i][e] = 0.f;
+    }
+    const int tiles = (k_end - k_begin + KT - 1) / KT;
+    const int mine = warp < tiles ? (tiles - warp + W - 1) / W : 0;  // tiles warp, warp + W, ...
+    const auto* kc = static_cast<const uint8_t*>(a.k_cache);
+    const auto* vc = static_cast<const uint8_t*>(a.v_cache);
+    const int64_t row_bytes = static_cast<int64_t>(a.kv_heads) * RB, head_off = static_cast<int64_t>(kvh) * RB;
+    auto issue = [&](int i) {
+        if (i < mine) {
+            const int key0 = k_begin + (warp + W * i) * KT;
+            uint8_t* dst = ring + (i % S) * 2 * TB;
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                const int idx = lane + 32 * c;
+                if (CH % 32 != 0 && idx >= CH) break;
+                const int r = idx / (RB / 16), off = (idx % (RB / 16)) * 16, key = key0 + r;
+                const bool ok = key < k_end;  // rows past the range are zeros (their weights are 0)
+                const int64_t src = (ok ? key : k_begin) * row_bytes + head_off + off;
+                cp_async16_or_zero(dst + r * RB + off, kc + src, ok);
+                cp_async16_or_zero(dst + TB + r * RB + off, vc + src, ok);
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) issue(i);
+    const int perm = (lane >> (5 - LK)) & (KT - 1);
+    for (int i = 0; i < mine; ++i) {
+        issue(i + S - 1);
+        cp_async_wait<S - 1>();
+        __syncwarp();
+        const uint8_t* kt = ring + (i % S) * 2 * TB;
+        const uint8_t* vt = kt + TB;
+        const int key0 = k_begin + (warp + W * i) * KT;
+        float p[G][KT];
+#pragma unroll
+        for (int j = 0; j < KT; ++j) {
+            RawRow<DPL, kHalf> raw;
+            read_raw<DPL, kHalf>(kt + (j ^ perm) * RB + lane * DPL * E, raw);
+            float kr[DPL];
+            unpack_row(raw, kr);
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                float d = 0.f;
+#pragma unroll
+                for (int e = 0; e < DPL; ++e) d = fmaf(qv[h][e], kr[e], d);
+                p[h][j] = d;
+            }
+        }
+        // Slot j of lane l holds key j ^ perm(l); the partner across lane bit `mask` holds the
+        // same key in slot j + half, so each step keeps the lower half of the slots.
+#pragma unroll
+        for (int half = KT / 2, mask = 16; half >= 1; half /= 2, mask /= 2)
+#pragma unroll
+            for (int h = 0; h < G; ++h)
+#pragma unroll
+                for (int j = 0; j < half; ++j) p[h][j] += __shfl_xor_sync(kAll, p[h][j + half], mask);
+#pragma unroll
+        for (int mask = 16 / KT; mask >= 1; mask /= 2)
+#pragma unroll
+            for (int h = 0; h < G; ++h) p[h][0] += __shfl_xor_sync(kAll, p[h][0], mask);
+        const bool live = key0 + perm < k_end;
+        float pk[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            const float sc = live ? p[h][0] : -INFINITY;
+            float mt = sc;
+#pragma unroll
+            for (int mask = 16; mask >= 32 / KT; mask /= 2) mt = fmaxf(mt, __shfl_xor_sync(kAll, mt, mask));
+            const float mn = fmaxf(m[h], mt);  // finite: a tile's first key is in range
+            const float corr = expf(m[h] - mn);
+            pk[h] = expf(sc - mn);
+            m[h] = mn;
+            l[h] = fmaf(l[h], corr, pk[h]);
+#pragma unroll
+            for (int e = 0; e < DPL; ++e) acc[h][e] *= corr;
+        }
+#pragma unroll
+        for (int j = 0; j < KT; ++j) {
+            RawRow<DPL, kHalf> raw;
+            read_raw<DPL, kHalf>(vt + j * RB + lane * DPL * E, raw);
+            float vr[DPL];
+            unpack_row(raw, vr);
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                const float w = __shfl_sync(kAll, pk[h], j << (5 - LK));
+#pragma unroll
+                for (int e = 0; e < DPL; ++e) acc[h][e] = fmaf(w, vr[e], acc[h][e]);
+            }
+        }
+        __syncwarp();  // the slot is refilled by the next issue
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int mask = 16; mask >= 32 / KT; mask /= 2) l[h] += __shfl_xor_sync(kAll, l[h], mask);
+}
+
 // One warp's online softmax over its keys k_begin + warp + W j (j = 0, 1, ...) below k_end, for
 // the `group` query heads at q, q + q_stride, ... held in G >= group registers (a power of two):
 // heads group .. G - 1 repeat the last one and are not written, so the per-key loop over the
@@ -146,7 +328,7 @@ DF_DEV void attend_keys(const AttnArgs& a, const float* q, int q_stride, int gro
     const int64_t col = static_cast<int64_t>(kvh) * D + lane * DPL;
     // Slot j % kAhead holds the rows of the warp's key j, refilled with key j + kAhead's as soon
     // as it is consumed.
-    constexpr int kAhead = DPL <= 4 ? 4 : 2;
+    constexpr int kAhead = DPL <= 4 ? DF_ATTN_AHEAD_SMALL : DF_ATTN_AHEAD_LARGE;
     RawRow<DPL, kHalf> kraw[kAhead], vraw[kAhead];
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
@@ -251,12 +433,16 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     const int k_begin = split * per, k_end = min(n_kv, k_begin + per);
     pdl_wait();
 
+    extern __shared__ __align__(16) uint8_t ring[];  // the warps' rings, then the warps' outputs
     float m[G], l[G], acc[G][DPL];
     const float* q = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
-    attend_keys<DPL, kHalf, G, kAttnWarps>(a, q, a.q_stride, group, kvh, k_begin, k_end, warp, lane, m, l, acc);
+    attend_keys_ring<DPL, kHalf, G, kAttnWarps>(a, q, a.q_stride, group, kvh, k_begin, k_end, warp, lane,
+                                                ring + warp * (ring_smem_bytes<DPL, kHalf, G, kAttnWarps>() / kAttnWarps), m, l, acc);
     trace_phase(1);  // its keys done
     __shared__ float sm_m[kAttnWarps * G], sm_l[kAttnWarps * G], sm_f[kAttnWarps * G];
-    __shared__ float sm_acc[kAttnWarps * G * D];
+    static_assert(sizeof(float) * kAttnWarps * G * D <= ring_smem_bytes<DPL, kHalf, G, kAttnWarps>());
+    float* sm_acc = reinterpret_cast<float*>(ring);
+    __syncthreads();  // every warp is done with its ring
     merge_warps<DPL, G, kAttnWarps>(group, warp, lane, m, l, acc, sm_m, sm_l, sm_f, sm_acc, [&](int i, int d, float M, float L, float O) {
         const int h = h0 + i;
         if (used == 1) {
@@ -436,10 +622,19 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
     }
     __syncthreads();
     const int kSG = kCombineThreads / D, d = tid % D, sg = tid / D;  // D <= 256
+    // Every split's value requested before the first is used (a loop of eight at a time waited
+    // for eight L2 round trips at 64 splits); summed in split order as before.
+    float v[kMaxSplits];
+#pragma unroll
+    for (int k = 0; k < kMaxSplits; ++k) {
+        const int s = sg + k * kSG;
+        v[k] = sg < kSG && s < used ? pp[s * (D + 2) + 2 + d] : 0.f;
+    }
     float O = 0.f;
-    if (sg < kSG) {
-#pragma unroll 8
-        for (int s = sg; s < used; s += kSG) O += pp[s * (D + 2) + 2 + d] * sm_f[s];
+#pragma unroll
+    for (int k = 0; k < kMaxSplits; ++k) {
+        const int s = sg + k * kSG;
+        if (sg < kSG && s < used) O += v[k] * sm_f[s];
     }
     sm_o[tid] = O;
     __syncthreads();
@@ -451,9 +646,8 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
     }
 }
 
-// The split kernel: enough blocks for four per SM (a warp has only kAhead keys' rows in flight:
-// long contexts need many warps), bounded by the scratch for partial results, then the combine
-// kernel. The split depends on the head layout only (not on T): a token's result is then the
+// The split kernel: enough blocks for four per SM (latency is hidden by warps as much as by
+// each warp's ring), bounded by the scratch for partial results, then the combine kernel. The split depends on the head layout only (not on T): a token's result is then the
 // same in a one-token step and in a verify pass of up to 8 tokens.
 template <int DPL, int G>
 void attn_split_launch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
@@ -461,10 +655,20 @@ void attn_split_launch(const AttnArgs& a, int base_blocks, int group, cudaStream
     int nsplit = std::clamp((4 * a.sm_count + base_blocks - 1) / base_blocks, 1, kMaxSplits);
     while (nsplit > 1 && per_split * nsplit > a.partial_floats) --nsplit;
     const dim3 grid(nsplit, base_blocks, a.T);
+    auto go = [&]<bool kHalf>() {
+        auto* kernel = attn_kernel<DPL, kHalf, G>;
+        constexpr int smem = ring_smem_bytes<DPL, kHalf, G, kAttnWarps>();
+        static bool attr_set = false;  // ops are issued from one thread
+        if (!attr_set) {
+            DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            attr_set = true;
+        }
+        launch(kernel, grid, kAttnWarps * 32, smem, s, a, group, nsplit);
+    };
     if (a.half_cache)
-        launch(attn_kernel<DPL, true, G>, grid, kAttnWarps * 32, 0, s, a, group, nsplit);
+        go.template operator()<true>();
     else
-        launch(attn_kernel<DPL, false, G>, grid, kAttnWarps * 32, 0, s, a, group, nsplit);
+        go.template operator()<false>();
     if (nsplit > 1)
         launch(attn_combine_kernel, dim3(a.heads, a.T), kCombineThreads, 0, s, a.partial, a.heads, a.head_dim, nsplit,
                a.split_keys, a.skip_upto, a.pos, a.out);
@@ -500,9 +704,11 @@ void attn_cluster_launch(const AttnArgs& a, int base_blocks, int group, cudaStre
 // every token, so a stale hint costs speed, never correctness).
 template <int DPL>
 void attn_dispatch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
-    auto go = [&]<int G>() {
+    // G: the cluster kernel's head registers (a power of two), GS: the split kernel's (exact
+    // for the 27B's groups of 6: its per-key work is by far the larger).
+    auto go = [&]<int G, int GS = G>() {
         if (a.cluster == 0) {
-            attn_split_launch<DPL, G>(a, base_blocks, group, s);
+            attn_split_launch<DPL, GS>(a, base_blocks, group, s);
             return;
         }
         const int fits = a.cluster * a.cluster_keys;
@@ -518,7 +724,7 @@ void attn_dispatch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s
         if (long_ones) {
             AttnArgs b = a;
             b.skip_upto = short_ones ? fits : 0;
-            attn_split_launch<DPL, G>(b, base_blocks, group, s);
+            attn_split_launch<DPL, GS>(b, base_blocks, group, s);
         }
     };
     if (group == 1)
@@ -527,6 +733,8 @@ void attn_dispatch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s
         go.template operator()<2>();
     else if (group <= 4)
         go.template operator()<4>();
+    else if (group == 6)
+        go.template operator()<kMaxGroup, 6>();
     else
         go.template operator()<kMaxGroup>();
 }
