@@ -249,6 +249,15 @@ public:
 private:
     int cluster_, keys_;
 };
+// The split kernel's query heads per block (kernels.h: attn_split_heads).
+class ScopedSplitHeads {
+public:
+    explicit ScopedSplitHeads(int heads) : saved_(cuda::attn_split_heads()) { cuda::set_attn_split_heads(heads); }
+    ~ScopedSplitHeads() { cuda::set_attn_split_heads(saved_); }
+
+private:
+    int saved_;
+};
 std::string mode_name(AttnMode m) {
     return m.cluster ? "cluster " + std::to_string(m.cluster) + " keys " + std::to_string(m.keys) : "split + combine";
 }
@@ -257,14 +266,17 @@ TEST(CudaOps, KvStoreAndAttention) {
     DF_REQUIRE_CUDA();
     auto g = test_rng();
     using C = AttnCase;
-    for (const AttnMode mode : {AttnMode{0, 64}, AttnMode{8, 64}, AttnMode{16, 16}})
+    // Split kernels with up to 8 query heads per block, and with up to 3 (groups of 3 and 2).
+    for (const auto& [mode, split_heads] : {std::pair{AttnMode{0, 64}, 8}, std::pair{AttnMode{0, 64}, 3},
+                                           std::pair{AttnMode{8, 64}, 8}, std::pair{AttnMode{16, 16}, 8}})
     for (const C c : {C{4, 1, 256, 1, 0, KvType::f32, true}, C{32, 8, 128, 1, 4000, KvType::f16, false},
                       C{24, 4, 256, 3, 999, KvType::f32, true}, C{32, 8, 128, 8, 37, KvType::f32, false},
                       C{6, 6, 128, 9, 0, KvType::f16, false}, C{24, 4, 256, 257, 0, KvType::f32, true},
                       C{16, 2, 64, 255, 300, KvType::f16, false}, C{24, 4, 256, 1, 8191, KvType::f16, true},
                       C{12, 4, 96, 20, 70, KvType::f16, false}, C{4, 2, 160, 13, 0, KvType::f32, true}}) {
-        SCOPED_TRACE(mode_name(mode));
+        SCOPED_TRACE(mode_name(mode) + " split heads " + std::to_string(split_heads));
         ScopedAttnMode scoped(mode);
+        ScopedSplitHeads scoped_heads(split_heads);
         check_kv_store_and_attention(c, g);
     }
 }
@@ -312,10 +324,12 @@ TEST(CudaBatchInvariance, AttentionRowsEqualOneTokenResults) {
     // pos0 1020 with clusters of 16 x 64 keys: the first four tokens' contexts fit one cluster,
     // the others go to the split kernels (both launched, as the hint says), each token as alone.
     for (const AttnMode mode : {AttnMode{0, 64}, AttnMode{8, 64}, AttnMode{4, 16}, AttnMode{16, 64}})
+    for (const int split_heads : {8, 3})
     for (const int pos0 : {3000, 1020})
     for (KvType kt : {KvType::f16, KvType::f32}) {
-        SCOPED_TRACE(mode_name(mode) + " pos0 " + std::to_string(pos0));
+        SCOPED_TRACE(mode_name(mode) + " split heads " + std::to_string(split_heads) + " pos0 " + std::to_string(pos0));
         ScopedAttnMode scoped(mode);
+        ScopedSplitHeads scoped_heads(split_heads);
         const int heads = 24, kv_heads = 4, D = 256, T = 8, ctx = pos0 + T;
         const int kv_dim = kv_heads * D;
         const size_t elem = kt == KvType::f16 ? 2 : 4;

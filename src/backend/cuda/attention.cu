@@ -173,10 +173,12 @@ DF_DEV void read_raw(const uint8_t* p, RawRow<DPL, kHalf>& r) {
 // Output as attend_keys: per head m (the running max), l (the denominator, on every lane) and
 // acc (lane's dims).
 // Keys per tile: 8 where the partial scores (G x KT registers) fit beside q and the outputs and
-// a block's rings fit shared memory (f32 rows of 256 dims: 4).
-template <int DPL, bool kHalf, int G>
-constexpr int ring_tile_keys() { return DPL * G <= 48 && (kHalf || DPL <= 4) ? 8 : 4; }
+// four blocks' rings fit an SM's shared memory, else 4.
 inline constexpr int kRingStages = 3;
+template <int DPL, bool kHalf, int G>
+constexpr int ring_tile_keys() {
+    return DPL * G <= 48 && kAttnWarps * kRingStages * 2 * 8 * 32 * DPL * (kHalf ? 2 : 4) <= 56 * 1024 ? 8 : 4;
+}
 template <int DPL, bool kHalf, int G>
 constexpr int ring_tile_bytes() { return ring_tile_keys<DPL, kHalf, G>() * 32 * DPL * (kHalf ? 2 : 4); }
 template <int DPL, bool kHalf, int G, int W>
@@ -595,83 +597,100 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
 }
 
 // out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
-// Thread s reads split s's (M, L) and forms its weight; then kCombineThreads / D threads per
-// output value each sum every kSG-th split (loads unrolled eight at a time) and the kSG partial
-// sums are added in order. (A thread per value looping over the splits, each step an L2 round
-// trip, took ~10 us per 4B layer.)
-constexpr int kCombineThreads = 256, kMaxSplits = 64;
+// A block takes kCombineDims of the head's values (32 where that does not divide the head): thread
+// s reads split s's (M, L) and forms its weight; then kCombineThreads / dims thread groups each
+// sum every groups-th split, with all of a thread's loads issued before the first is used, and
+// the group sums are added in order.
+constexpr int kCombineThreads = 256, kCombineDims = 64, kMaxSplits = 128, kMaxClusterSplits = 64;
+__host__ __device__ constexpr int combine_dims(int D) { return D % kCombineDims == 0 ? kCombineDims : 32; }
 __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* partial, int heads, int D, int nsplit,
                                                                        int split_keys, int skip_upto, const int32_t* pos,
                                                                        float* out) {
     pdl_trigger();  // the split before pdl_wait: positions are written by host copies only
-    const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+    const int dims = combine_dims(D), parts = D / dims, h = blockIdx.x / parts, t = blockIdx.y, tid = threadIdx.x;
     const int used = key_split(pos[t] + 1, nsplit, split_keys).used;
     if (used == 1 || pos[t] + 1 <= skip_upto) return;  // the attention kernel wrote the result, or the cluster kernel
     pdl_wait();
     const float* pp = partial + (static_cast<int64_t>(t) * heads + h) * nsplit * (D + 2);
-    __shared__ float sm_m[kMaxSplits], sm_l[kMaxSplits], sm_f[kMaxSplits], sm_o[kCombineThreads];
-    if (tid < used) {
-        sm_m[tid] = pp[tid * (D + 2)];
-        sm_l[tid] = pp[tid * (D + 2) + 1];
-    }
-    __syncthreads();
-    if (tid < used) {
-        float M = -INFINITY;
-        for (int s = 0; s < used; ++s) M = fmaxf(M, sm_m[s]);
-        sm_f[tid] = sm_m[tid] == -INFINITY ? 0.f : expf(sm_m[tid] - M);
-    }
-    __syncthreads();
-    const int kSG = kCombineThreads / D, d = tid % D, sg = tid / D;  // D <= 256
-    // Every split's value requested before the first is used (a loop of eight at a time waited
-    // for eight L2 round trips at 64 splits); summed in split order as before.
-    float v[kMaxSplits];
+    // Thread s < used holds split s's (M, L); the maximum and the weighted sum of the L by two
+    // block-wide trees in a fixed order (not a serial loop over the splits).
+    static_assert(kMaxSplits <= kCombineThreads);
+    __shared__ float sm_f[kMaxSplits], sm_o[kCombineThreads], sm_w[kCombineThreads / 32];
+    const float ms = tid < used ? __ldcg(pp + tid * (D + 2)) : -INFINITY;
+    const float ls = tid < used ? __ldcg(pp + tid * (D + 2) + 1) : 0.f;
+    auto block_reduce = [&](float v, auto op) {
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, 16));
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, 8));
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, 4));
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, 2));
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, 1));
+        __syncthreads();  // sm_w's previous use is over
+        if ((tid & 31) == 0) sm_w[tid >> 5] = v;
+        __syncthreads();
+        v = sm_w[0];
 #pragma unroll
-    for (int k = 0; k < kMaxSplits; ++k) {
-        const int s = sg + k * kSG;
-        v[k] = sg < kSG && s < used ? pp[s * (D + 2) + 2 + d] : 0.f;
-    }
-    float O = 0.f;
+        for (int w = 1; w < kCombineThreads / 32; ++w) v = op(v, sm_w[w]);
+        return v;
+    };
+    const float M = block_reduce(ms, [](float x, float y) { return fmaxf(x, y); });
+    const float f = ms == -INFINITY ? 0.f : expf(ms - M);
+    if (tid < kMaxSplits) sm_f[tid] = f;
+    const float L = block_reduce(ls * f, [](float x, float y) { return x + y; });  // its barriers publish sm_f
+    const int groups = kCombineThreads / dims, sg = tid / dims, d = (blockIdx.x % parts) * dims + tid % dims;
+    auto sum = [&]<int kPer>() {  // kPer: splits per thread at most
+        float v[kPer];
 #pragma unroll
-    for (int k = 0; k < kMaxSplits; ++k) {
-        const int s = sg + k * kSG;
-        if (sg < kSG && s < used) O += v[k] * sm_f[s];
-    }
-    sm_o[tid] = O;
+        for (int k = 0; k < kPer; ++k) {
+            const int s = sg + k * groups;
+            v[k] = s < used ? __ldcg(pp + s * (D + 2) + 2 + d) : 0.f;
+        }
+        float O = 0.f;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int s = sg + k * groups;
+            if (s < used) O = fmaf(v[k], sm_f[s], O);
+        }
+        return O;
+    };
+    sm_o[tid] = dims == kCombineDims ? sum.template operator()<kMaxSplits * kCombineDims / kCombineThreads>()
+                                     : sum.template operator()<kMaxSplits * 32 / kCombineThreads>();
     __syncthreads();
-    if (tid < D) {
-        float L = 0.f, v = sm_o[tid];
-        for (int s = 0; s < used; ++s) L += sm_l[s] * sm_f[s];
-        for (int k = 1; k < kSG; ++k) v += sm_o[k * D + tid];
-        out[(static_cast<int64_t>(t) * heads + h) * D + tid] = v / L;
+    if (tid < dims) {
+        float v = sm_o[tid];
+        for (int k = 1; k < groups; ++k) v += sm_o[k * dims + tid];
+        out[(static_cast<int64_t>(t) * heads + h) * D + d] = v / L;
     }
 }
 
-// The split kernel: enough blocks for four per SM (latency is hidden by warps as much as by
-// each warp's ring), bounded by the scratch for partial results, then the combine kernel. The split depends on the head layout only (not on T): a token's result is then the
-// same in a one-token step and in a verify pass of up to 8 tokens.
+// The split kernel: as many blocks as are resident at once (latency is hidden by warps as much
+// as by each warp's ring), bounded by the scratch for partial results, then the combine kernel.
+// The split depends on the head layout and the device only (not on T): a token's result is then
+// the same in a one-token step and in a verify pass of up to 8 tokens.
 template <int DPL, int G>
 void attn_split_launch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
     const size_t per_split = static_cast<size_t>(kMaxDecodeTokens) * a.heads * (a.head_dim + 2);
-    int nsplit = std::clamp((4 * a.sm_count + base_blocks - 1) / base_blocks, 1, kMaxSplits);
-    while (nsplit > 1 && per_split * nsplit > a.partial_floats) --nsplit;
-    const dim3 grid(nsplit, base_blocks, a.T);
+    int nsplit = 1;
     auto go = [&]<bool kHalf>() {
         auto* kernel = attn_kernel<DPL, kHalf, G>;
         constexpr int smem = ring_smem_bytes<DPL, kHalf, G, kAttnWarps>();
-        static bool attr_set = false;  // ops are issued from one thread
-        if (!attr_set) {
+        static int per_sm = 0;  // ops are issued from one thread
+        if (per_sm == 0) {
             DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            attr_set = true;
+            DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kAttnWarps * 32, smem));
+            per_sm = std::max(per_sm, 1);
         }
-        launch(kernel, grid, kAttnWarps * 32, smem, s, a, group, nsplit);
+        // One wave of one token's blocks: the device's resident blocks over the head groups.
+        nsplit = std::clamp(per_sm * a.sm_count / base_blocks, 1, kMaxSplits);
+        while (nsplit > 1 && per_split * nsplit > a.partial_floats) --nsplit;
+        launch(kernel, dim3(nsplit, base_blocks, a.T), kAttnWarps * 32, smem, s, a, group, nsplit);
     };
     if (a.half_cache)
         go.template operator()<true>();
     else
         go.template operator()<false>();
     if (nsplit > 1)
-        launch(attn_combine_kernel, dim3(a.heads, a.T), kCombineThreads, 0, s, a.partial, a.heads, a.head_dim, nsplit,
-               a.split_keys, a.skip_upto, a.pos, a.out);
+        launch(attn_combine_kernel, dim3(a.heads * (a.head_dim / combine_dims(a.head_dim)), a.T), kCombineThreads, 0,
+               s, a.partial, a.heads, a.head_dim, nsplit, a.split_keys, a.skip_upto, a.pos, a.out);
 }
 
 // The cluster kernel: as many clusters per head group as fit one wave of resident blocks (a
@@ -693,50 +712,71 @@ void attn_cluster_launch(const AttnArgs& a, int base_blocks, int group, cudaStre
     DF_CUDA_REQUIRE(a.counters && static_cast<size_t>(a.T) * base_blocks <= a.counter_count,
                     "attention: no counters for the cluster combine");
     const size_t per_split = static_cast<size_t>(kMaxDecodeTokens) * a.heads * (a.head_dim + 2);
-    int nsplit = std::clamp(per_sm * a.sm_count / base_blocks / C * C, C, kMaxSplits / C * C);
+    int nsplit = std::clamp(per_sm * a.sm_count / base_blocks / C * C, C, kMaxClusterSplits / C * C);
     while (nsplit > C && per_split * nsplit > a.partial_floats) nsplit -= C;
     DF_CUDA_REQUIRE(per_split * nsplit <= a.partial_floats, "attention: scratch too small for one cluster's partials");
     launch_cluster(kernel, dim3(nsplit, base_blocks, a.T), W * 32, smem, s, C, a, group, nsplit);
+}
+
+// The largest divisor of ratio up to cap: query heads per block.
+inline int head_group(int ratio, int cap) {
+    for (int g = std::min(ratio, cap); g > 1; --g)
+        if (ratio % g == 0) return g;
+    return 1;
+}
+
+// The split kernels for head groups of `group` (at most split_heads): head registers exact for
+// 3 and 6 (the 27B's groups of 6; its per-key work is by far the largest), else a power of two.
+template <int DPL>
+void attn_split_dispatch(const AttnArgs& a, cudaStream_t s) {
+    const int ratio = a.heads / a.kv_heads, group = head_group(ratio, std::min(a.split_heads, kMaxGroup));
+    const int base_blocks = a.kv_heads * (ratio / group);
+    switch (group) {
+        case 1: attn_split_launch<DPL, 1>(a, base_blocks, group, s); break;
+        case 2: attn_split_launch<DPL, 2>(a, base_blocks, group, s); break;
+        case 3: attn_split_launch<DPL, 3>(a, base_blocks, group, s); break;
+        case 4: attn_split_launch<DPL, 4>(a, base_blocks, group, s); break;
+        case 6: attn_split_launch<DPL, 6>(a, base_blocks, group, s); break;
+        default: attn_split_launch<DPL, kMaxGroup>(a, base_blocks, group, s); break;
+    }
 }
 
 // The cluster kernel for the tokens whose context fits one cluster, the split kernels for the
 // others, as far as the host's pos0_hint tells which are there (a kernel launched alone takes
 // every token, so a stale hint costs speed, never correctness).
 template <int DPL>
-void attn_dispatch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
-    // G: the cluster kernel's head registers (a power of two), GS: the split kernel's (exact
-    // for the 27B's groups of 6: its per-key work is by far the larger).
-    auto go = [&]<int G, int GS = G>() {
-        if (a.cluster == 0) {
-            attn_split_launch<DPL, GS>(a, base_blocks, group, s);
-            return;
-        }
-        const int fits = a.cluster * a.cluster_keys;
-        const bool short_ones = a.pos0_hint + 1 <= fits, long_ones = a.pos0_hint + a.T > fits;
-        if (short_ones) {
-            AttnArgs c = a;
-            c.skip_above = long_ones ? fits : 0;
+void attn_dispatch(const AttnArgs& a, cudaStream_t s) {
+    if (a.cluster == 0) {
+        attn_split_dispatch<DPL>(a, s);
+        return;
+    }
+    const int fits = a.cluster * a.cluster_keys;
+    const bool short_ones = a.pos0_hint + 1 <= fits, long_ones = a.pos0_hint + a.T > fits;
+    if (short_ones) {
+        AttnArgs c = a;
+        c.skip_above = long_ones ? fits : 0;
+        const int ratio = a.heads / a.kv_heads, group = head_group(ratio, kMaxGroup);
+        const int base_blocks = a.kv_heads * (ratio / group);
+        auto go = [&]<int G>() {  // G: a power of two >= group
             if (a.half_cache)
                 attn_cluster_launch<DPL, true, G>(c, base_blocks, group, s);
             else
                 attn_cluster_launch<DPL, false, G>(c, base_blocks, group, s);
-        }
-        if (long_ones) {
-            AttnArgs b = a;
-            b.skip_upto = short_ones ? fits : 0;
-            attn_split_launch<DPL, GS>(b, base_blocks, group, s);
-        }
-    };
-    if (group == 1)
-        go.template operator()<1>();
-    else if (group == 2)
-        go.template operator()<2>();
-    else if (group <= 4)
-        go.template operator()<4>();
-    else if (group == 6)
-        go.template operator()<kMaxGroup, 6>();
-    else
-        go.template operator()<kMaxGroup>();
+        };
+        if (group == 1)
+            go.template operator()<1>();
+        else if (group == 2)
+            go.template operator()<2>();
+        else if (group <= 4)
+            go.template operator()<4>();
+        else
+            go.template operator()<kMaxGroup>();
+    }
+    if (long_ones) {
+        AttnArgs b = a;
+        b.skip_upto = short_ones ? fits : 0;
+        attn_split_dispatch<DPL>(b, s);
+    }
 }
 
 }  // namespace
@@ -748,13 +788,7 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.split_keys >= 1, "attention: split_keys must be positive");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0,
                     "attention: caches must be 16-byte aligned");
-    const int ratio = a.heads / a.kv_heads;
-    int group = 1;
-    for (int g = std::min(ratio, kMaxGroup); g >= 1; --g)
-        if (ratio % g == 0) {
-            group = g;
-            break;
-        }
+    const int ratio = a.heads / a.kv_heads, group = head_group(ratio, kMaxGroup);
     if (a.T > kMaxDecodeTokens) {
         if (attention_prefill_supported(a.head_dim)) {
             launch_attention_prefill(a, group, s);
@@ -772,16 +806,15 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
         }
         return;
     }
-    const int base_blocks = a.kv_heads * (ratio / group);
     switch (a.head_dim / 32) {
-        case 1: attn_dispatch<1>(a, base_blocks, group, s); break;
-        case 2: attn_dispatch<2>(a, base_blocks, group, s); break;
-        case 3: attn_dispatch<3>(a, base_blocks, group, s); break;
-        case 4: attn_dispatch<4>(a, base_blocks, group, s); break;
-        case 5: attn_dispatch<5>(a, base_blocks, group, s); break;
-        case 6: attn_dispatch<6>(a, base_blocks, group, s); break;
-        case 7: attn_dispatch<7>(a, base_blocks, group, s); break;
-        case 8: attn_dispatch<8>(a, base_blocks, group, s); break;
+        case 1: attn_dispatch<1>(a, s); break;
+        case 2: attn_dispatch<2>(a, s); break;
+        case 3: attn_dispatch<3>(a, s); break;
+        case 4: attn_dispatch<4>(a, s); break;
+        case 5: attn_dispatch<5>(a, s); break;
+        case 6: attn_dispatch<6>(a, s); break;
+        case 7: attn_dispatch<7>(a, s); break;
+        case 8: attn_dispatch<8>(a, s); break;
     }
 }
 

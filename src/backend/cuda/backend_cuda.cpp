@@ -823,6 +823,7 @@ void CudaBackend::attention(const float* q, const void* k_cache, const void* v_c
     args.partial_floats = attn_partial_floats_;
     args.sm_count = sm_count_;
     args.split_keys = attn_split_keys();
+    args.split_heads = attn_split_heads();
     args.cluster = attn_cluster();
     args.cluster_keys = attn_cluster_keys();
     args.counters = attn_counters_;

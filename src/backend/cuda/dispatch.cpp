@@ -35,6 +35,11 @@ std::atomic<int>& split_keys_value() {
     static std::atomic<int> v{env_int("DF_CUDA_ATTN_SPLIT_KEYS", 16, positive)};
     return v;
 }
+bool heads_ok(int n) { return n >= 1 && n <= 8; }
+std::atomic<int>& split_heads_value() {
+    static std::atomic<int> v{env_int("DF_CUDA_ATTN_SPLIT_HEADS", 8, heads_ok)};
+    return v;
+}
 std::atomic<int>& cluster_value() {
     static std::atomic<int> v{env_int("DF_CUDA_ATTN_CLUSTER", kDefaultCluster, cluster_size_ok)};
     return v;
@@ -60,6 +65,8 @@ void set_attn_cluster_keys(int keys) { cluster_keys_value().store(keys >= 1 ? ke
 
 int attn_split_keys() { return split_keys_value().load(std::memory_order_relaxed); }
 void set_attn_split_keys(int keys) { split_keys_value().store(keys >= 1 ? keys : 1, std::memory_order_relaxed); }
+int attn_split_heads() { return split_heads_value().load(std::memory_order_relaxed); }
+void set_attn_split_heads(int heads) { split_heads_value().store(heads_ok(heads) ? heads : 8, std::memory_order_relaxed); }
 
 bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_pdl_enabled(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }

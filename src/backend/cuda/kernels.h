@@ -39,6 +39,11 @@ int launch_carveout();  // for launch(): the carveout while decode launches are 
 // DF_CUDA_ATTN_SPLIT_KEYS overrides); the setter is for tests, between ops like set_pdl_enabled.
 int attn_split_keys();
 void set_attn_split_keys(int keys);
+// The split kernel's blocks take at most this many query heads of a KV head's group (1..8,
+// default 8, DF_CUDA_ATTN_SPLIT_HEADS overrides): fewer heads per block, more blocks over the
+// same keys. Setter for tests, between ops.
+int attn_split_heads();
+void set_attn_split_heads(int heads);
 // Decode attention in thread block clusters of this many blocks (1, 2, 4, 8 or 16) that merge
 // their splits through distributed shared memory, no combine kernel, for contexts of up to
 // attn_cluster() * attn_cluster_keys() keys; 0: always the split kernel and its combine kernel.
@@ -263,6 +268,7 @@ struct AttnArgs {
     size_t partial_floats = 0;     // its capacity
     int sm_count = 132;
     int split_keys = 16;           // decode: keys per split at least (attn_split_keys())
+    int split_heads = 8;           // decode, split kernel: query heads per block at most (attn_split_heads())
     int cluster = 0;               // decode: cluster size of the cluster kernel, 0 = split + combine kernels
     int cluster_keys = 128;        // decode, cluster kernel: a cluster takes up to cluster * cluster_keys keys
     uint32_t* counters = nullptr;  // cluster kernel: zeroed, one per token and head group (left zeroed)
