@@ -124,7 +124,7 @@ DF_DEV void unpack_row(const RawRow<DPL, kHalf>& r, float (&v)[DPL]) {
     }
 }
 
-// A lane's DPL values of a cache row staged in shared memory at p (read_raw) .
+// load_raw for a row staged in shared memory: the lane's DPL values at p.
 template <int DPL, bool kHalf>
 DF_DEV void read_raw(const uint8_t* p, RawRow<DPL, kHalf>& r) {
     if constexpr (RawRow<DPL, kHalf>::kPairs && DPL % 8 == 0) {
