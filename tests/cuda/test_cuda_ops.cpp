@@ -298,10 +298,10 @@ TEST(CudaOps, DecodeAttentionSplits) {
     cuda::set_attn_split_keys(saved);
 }
 
-// The cluster form over the same lengths: one cluster, several (the last block's combine, when
-// no hint sends long contexts to the split kernels), empty blocks inside a cluster, clusters of
-// 1..16 blocks; with the hint, 3-token calls that straddle a cluster's reach (254 with 16 x 16,
-// 511 with 8 x 64) run both kernels.
+// The cluster form over the same lengths: contexts within a cluster's reach, longer ones in one
+// cluster too (when no hint sends them to the split kernels), empty blocks inside a cluster,
+// clusters of 1..16 blocks; with the hint, 3-token calls that straddle a cluster's reach (254
+// with 16 x 16, 511 with 8 x 64) run both kernels.
 TEST(CudaOps, DecodeAttentionClusters) {
     DF_REQUIRE_CUDA();
     auto g = test_rng();

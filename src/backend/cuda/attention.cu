@@ -49,14 +49,10 @@ DF_DEV KeySplit key_split(int n_kv, int nsplit, int split_keys) {
     return {per, (n_kv + per - 1) / per};
 }
 
-// The cluster kernel's split: a context of up to C * keys keys spread evenly over the C blocks of
-// one cluster (no combine across clusters), a longer one cut as key_split does.
-DF_DEV KeySplit cluster_key_split(int n_kv, int nsplit, int C, int keys) {
-    if (n_kv <= C * keys) {
-        const int per = (n_kv + C - 1) / C;
-        return {per, (n_kv + per - 1) / per};
-    }
-    return key_split(n_kv, nsplit, keys);
+// The cluster kernel's split: a token's keys spread evenly over the C blocks of its cluster.
+DF_DEV KeySplit cluster_key_split(int n_kv, int C) {
+    const int per = (n_kv + C - 1) / C;
+    return {per, (n_kv + per - 1) / per};
 }
 
 // One lane's DPL values of a cache row as loaded (f16 pairs or f32), converted when used, so that
@@ -157,6 +153,23 @@ DF_DEV void read_raw(const uint8_t* p, RawRow<DPL, kHalf>& r) {
     }
 }
 
+// A warp's start over its keys: lane's dims of the group's queries times `scale` in qv (heads
+// group .. G - 1 repeat the last one), an empty softmax state.
+template <int DPL, int G>
+DF_DEV void attend_init(const float* q, int q_stride, int group, int lane, float scale, float (&qv)[G][DPL],
+                        float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        const float* qp = q + static_cast<int64_t>(min(i, group - 1)) * q_stride + lane * DPL;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) qv[i][e] = qp[e] * scale;
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[i][e] = 0.f;
+    }
+}
+
 // The split kernel's keys in tiles (long contexts): per key and head the per-key form below
 // spends a 5-step warp reduction and two exponentials on 2 x DPL multiply-adds, which bound it
 // by instruction issue at ~30 % of bandwidth. Here a warp takes KT keys at a time:
@@ -192,19 +205,7 @@ DF_DEV void attend_keys_ring(const AttnArgs& a, const float* q, int q_stride, in
     constexpr unsigned kAll = 0xffffffffu;
     static_assert(RB % 16 == 0, "attention ring: cache rows must be a multiple of 16 bytes");
     float qv[G][DPL];
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        const float* qp = q + static_cast<int64_t>(min(i, group - 1)) * q_stride + lane * DPL;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) qv[i][e] = qp[e] * a.scale;
-    }
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        m[i] = -INFINITY;
-        l[i] = 0.f;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) acc[i][e] = 0.f;
-    }
+    attend_init<DPL, G>(q, q_stride, group, lane, a.scale, qv, m, l, acc);
     const int tiles = (k_end - k_begin + KT - 1) / KT;
     const int mine = warp < tiles ? (tiles - warp + W - 1) / W : 0;  // tiles warp, warp + W, ...
     const auto* kc = static_cast<const uint8_t*>(a.k_cache);
@@ -312,20 +313,7 @@ DF_DEV void attend_keys(const AttnArgs& a, const float* q, int q_stride, int gro
                         int warp, int lane, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
     constexpr int D = 32 * DPL;
     float qv[G][DPL];
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        const int hi = min(i, group - 1);
-        const float* qp = q + static_cast<int64_t>(hi) * q_stride + lane * DPL;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) qv[i][e] = qp[e];
-    }
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        m[i] = -INFINITY;
-        l[i] = 0.f;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) acc[i][e] = 0.f;
-    }
+    attend_init<DPL, G>(q, q_stride, group, lane, 1.f, qv, m, l, acc);
     const int64_t kv_row = static_cast<int64_t>(a.kv_heads) * D;
     const int64_t col = static_cast<int64_t>(kvh) * D + lane * DPL;
     // Slot j % kAhead holds the rows of the warp's key j, refilled with key j + kAhead's as soon
@@ -461,13 +449,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     trace_phase(2);  // merged and written
 }
 
-// The same attention without a second kernel. Grid (C P, kv head x head chunk, token) in clusters
-// of C blocks along x: block s takes split s of cluster_key_split(n_kv, C P, C, cluster_keys) (a
-// split may be empty: its block still takes part in the cluster's barriers), and cluster p's C
-// blocks merge their results through distributed shared memory, each block producing 1/C of the
-// outputs. A context that needs more than one cluster has each cluster write its merged result to
-// `partial`; the last block to finish (a counter per token and head group) combines them in
-// cluster order. Every order is fixed by the shape and pos: the bits do not depend on T.
+// The same attention without a second kernel. Grid (C, kv head x head chunk, token) in clusters
+// of C blocks along x: block s takes split s of cluster_key_split(n_kv, C) (a split may be empty:
+// its block still takes part in the cluster's barriers), and the C blocks merge their results
+// through distributed shared memory, each block producing 1/C of the outputs. One cluster takes
+// any context (launch_attention sends contexts beyond cluster x cluster_keys keys to the split
+// kernels where the host's hint says so; without a hint one cluster still covers them, slowly).
+// Every order is fixed by the shape and pos: the bits do not depend on T.
 inline constexpr int kClusterMax = 16;
 
 template <int DPL, int G, int W>
@@ -476,23 +464,21 @@ constexpr size_t attn_cluster_smem_bytes() {
 }
 
 template <int DPL, bool kHalf, int G, int W>
-__global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, int group, int nsplit) {
+__global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, int group) {
     pdl_trigger();  // the split before pdl_wait: positions are written by host copies only
     constexpr int D = 32 * DPL;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = static_cast<int>(cluster.num_blocks());
-    const int split = blockIdx.x, t = blockIdx.z, rank = static_cast<int>(cluster.block_rank()), p = split / C;
+    const int split = blockIdx.x, t = blockIdx.z, rank = static_cast<int>(cluster.block_rank());
     const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
     const int kvh = blockIdx.y / chunks;
     const int h0 = kvh * ratio + (blockIdx.y % chunks) * group;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
     const int n_kv = a.pos[t] + 1;
-    const auto [per, used] = cluster_key_split(n_kv, nsplit, C, a.cluster_keys);
-    const int clusters = (used + C - 1) / C;
-    // The whole cluster returns (none of its blocks reaches a barrier): beyond the context's
-    // clusters, or a token of the split kernels.
-    if (p >= clusters || (a.skip_above > 0 && n_kv > a.skip_above)) return;
+    // The whole cluster returns (none of its blocks reaches a barrier): a token of the split kernels.
+    if (a.skip_above > 0 && n_kv > a.skip_above) return;
+    const int per = cluster_key_split(n_kv, C).per;
     const int k_begin = min(split * per, n_kv), k_end = min(n_kv, k_begin + per);
     pdl_wait();
 
@@ -554,46 +540,11 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
 #pragma unroll
         for (int c = 0; c < kClusterMax; ++c)
             if (c < C) O += cl_f[c * G + i] * oc[c];
-        if (clusters == 1) {
-            a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / hd_l[i];
-        } else {
-            float* pp = a.partial + ((static_cast<int64_t>(t) * a.heads + h) * nsplit + p) * (D + 2);
-            if (d == 0) {
-                pp[0] = hd_m[i];
-                pp[1] = hd_l[i];
-            }
-            pp[2 + d] = O;
-        }
+        a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / hd_l[i];
     }
     trace_phase(5);  // its outputs written
     cluster.sync();  // no block leaves while another may still read its shared memory
     trace_phase(6);
-    if (clusters == 1) return;
-
-    // Several clusters: the last block to arrive adds their results.
-    __shared__ bool last;
-    fence_acq_rel_gpu();  // release: this thread's partial results before the count
-    __syncthreads();
-    uint32_t* counter = a.counters + static_cast<size_t>(t) * gridDim.y + blockIdx.y;
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<uint32_t>(clusters * C - 1);
-    __syncthreads();
-    if (!last) return;
-    fence_acq_rel_gpu();  // acquire: the other blocks' partial results after their counts
-    for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
-        const int i = idx / D, d = idx % D, h = h0 + i;
-        const float* pp = a.partial + (static_cast<int64_t>(t) * a.heads + h) * nsplit * (D + 2);
-        float M = -INFINITY;
-        for (int c = 0; c < clusters; ++c) M = fmaxf(M, __ldcg(pp + c * (D + 2)));
-        float L = 0.f, O = 0.f;
-        for (int c = 0; c < clusters; ++c) {
-            const float mc = __ldcg(pp + c * (D + 2));
-            const float f = mc == -INFINITY ? 0.f : expf(mc - M);
-            L += __ldcg(pp + c * (D + 2) + 1) * f;
-            O += __ldcg(pp + c * (D + 2) + 2 + d) * f;
-        }
-        a.out[(static_cast<int64_t>(t) * a.heads + h) * D + d] = O / L;
-    }
-    if (threadIdx.x == 0) *counter = 0u;  // ready for the next call on this stream
 }
 
 // out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
@@ -601,7 +552,7 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
 // s reads split s's (M, L) and forms its weight; then kCombineThreads / dims thread groups each
 // sum every groups-th split, with all of a thread's loads issued before the first is used, and
 // the group sums are added in order.
-constexpr int kCombineThreads = 256, kCombineDims = 64, kMaxSplits = 128, kMaxClusterSplits = 64;
+constexpr int kCombineThreads = 256, kCombineDims = 64, kMaxSplits = 128;
 __host__ __device__ constexpr int combine_dims(int D) { return D % kCombineDims == 0 ? kCombineDims : 32; }
 __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* partial, int heads, int D, int nsplit,
                                                                        int split_keys, int skip_upto, const int32_t* pos,
@@ -618,24 +569,20 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
     __shared__ float sm_f[kMaxSplits], sm_o[kCombineThreads], sm_w[kCombineThreads / 32];
     const float ms = tid < used ? __ldcg(pp + tid * (D + 2)) : -INFINITY;
     const float ls = tid < used ? __ldcg(pp + tid * (D + 2) + 1) : 0.f;
-    auto block_reduce = [&](float v, auto op) {
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, 16));
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, 8));
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, 4));
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, 2));
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    auto block_reduce = [&]<bool kMax>(float v) {  // the maximum or the sum over the block
+        v = kMax ? warp_max(v) : warp_sum(v);
         __syncthreads();  // sm_w's previous use is over
         if ((tid & 31) == 0) sm_w[tid >> 5] = v;
         __syncthreads();
         v = sm_w[0];
 #pragma unroll
-        for (int w = 1; w < kCombineThreads / 32; ++w) v = op(v, sm_w[w]);
+        for (int w = 1; w < kCombineThreads / 32; ++w) v = kMax ? fmaxf(v, sm_w[w]) : v + sm_w[w];
         return v;
     };
-    const float M = block_reduce(ms, [](float x, float y) { return fmaxf(x, y); });
+    const float M = block_reduce.template operator()<true>(ms);
     const float f = ms == -INFINITY ? 0.f : expf(ms - M);
     if (tid < kMaxSplits) sm_f[tid] = f;
-    const float L = block_reduce(ls * f, [](float x, float y) { return x + y; });  // its barriers publish sm_f
+    const float L = block_reduce.template operator()<false>(ls * f);  // its barriers publish sm_f
     const int groups = kCombineThreads / dims, sg = tid / dims, d = (blockIdx.x % parts) * dims + tid % dims;
     auto sum = [&]<int kPer>() {  // kPer: splits per thread at most
         float v[kPer];
@@ -693,29 +640,21 @@ void attn_split_launch(const AttnArgs& a, int base_blocks, int group, cudaStream
                s, a.partial, a.heads, a.head_dim, nsplit, a.split_keys, a.skip_upto, a.pos, a.out);
 }
 
-// The cluster kernel: as many clusters per head group as fit one wave of resident blocks (a
-// second wave would double a long context's time), at least one.
+// The cluster kernel: one cluster of C blocks per head group and token.
 template <int DPL, bool kHalf, int G>
 void attn_cluster_launch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
     constexpr int W = kClusterWarps;
     auto* kernel = attn_cluster_kernel<DPL, kHalf, G, W>;
     constexpr size_t smem = attn_cluster_smem_bytes<DPL, G, W>();
-    static int per_sm = 0;  // ops are issued from one thread
-    if (per_sm == 0) {
+    static bool ready = false;  // ops are issued from one thread
+    if (!ready) {
         DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, W * 32, smem));
-        per_sm = std::max(per_sm, 1);
+        ready = true;
     }
     const int C = a.cluster;
-    DF_CUDA_REQUIRE(C <= kClusterMax && (C & (C - 1)) == 0 && a.cluster_keys >= 1, "attention: cluster size must be 1, 2, 4, 8 or 16");
-    DF_CUDA_REQUIRE(a.counters && static_cast<size_t>(a.T) * base_blocks <= a.counter_count,
-                    "attention: no counters for the cluster combine");
-    const size_t per_split = static_cast<size_t>(kMaxDecodeTokens) * a.heads * (a.head_dim + 2);
-    int nsplit = std::clamp(per_sm * a.sm_count / base_blocks / C * C, C, kMaxClusterSplits / C * C);
-    while (nsplit > C && per_split * nsplit > a.partial_floats) nsplit -= C;
-    DF_CUDA_REQUIRE(per_split * nsplit <= a.partial_floats, "attention: scratch too small for one cluster's partials");
-    launch_cluster(kernel, dim3(nsplit, base_blocks, a.T), W * 32, smem, s, C, a, group, nsplit);
+    DF_CUDA_REQUIRE(C <= kClusterMax && (C & (C - 1)) == 0, "attention: cluster size must be 1, 2, 4, 8 or 16");
+    launch_cluster(kernel, dim3(C, base_blocks, a.T), W * 32, smem, s, C, a, group);
 }
 
 // The largest divisor of ratio up to cap: query heads per block.

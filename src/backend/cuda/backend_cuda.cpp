@@ -23,7 +23,6 @@ constexpr size_t kStagingBytes = size_t{64} << 20;
 // Split attention partials: (head_dim + 2) floats per (token, head, split); 32 MB covers decode
 // and verify with 64 splits at 128 heads, and a few splits for prefill chunks.
 constexpr size_t kAttnPartialBytes = size_t{32} << 20;
-constexpr size_t kAttnCounters = 8 * 1024;  // cluster attention: tokens (<= 8) x head groups
 // Split-K partial sums of the exact-f16 GEMM (64 MB; splits that would need more are not taken).
 constexpr int64_t kQGemmPartialFloats = int64_t{16} << 20;
 constexpr int kArgmaxKeys = 1 << 16;
@@ -86,7 +85,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     }
     attn_partial_ = static_cast<float*>(alloc(kAttnPartialBytes, MemKind::scratch));
     attn_partial_floats_ = kAttnPartialBytes / sizeof(float);
-    attn_counters_ = static_cast<uint32_t*>(alloc(sizeof(uint32_t) * kAttnCounters, MemKind::scratch));
     gdn_counters_ = static_cast<uint32_t*>(alloc(sizeof(uint32_t) * kGdnCounters, MemKind::scratch));
     argmax_keys_ = static_cast<unsigned long long*>(alloc(sizeof(unsigned long long) * kArgmaxKeys, MemKind::scratch));
     if (const char* g = std::getenv("DF_CUDA_GEMM")) split_gemm_ = std::string(g) != "bf16";
@@ -826,8 +824,6 @@ void CudaBackend::attention(const float* q, const void* k_cache, const void* v_c
     args.split_heads = attn_split_heads();
     args.cluster = attn_cluster();
     args.cluster_keys = attn_cluster_keys();
-    args.counters = attn_counters_;
-    args.counter_count = kAttnCounters;
     args.pos0_hint = s.pos0_hint;
     launch_attention(args, stream_);
 }

@@ -176,7 +176,6 @@ private:
     ImmaTables* imma_tables_ = nullptr; // replicated lookup tables of the imma matvec
     float* attn_partial_ = nullptr;     // split-attention partial results
     size_t attn_partial_floats_ = 0;
-    uint32_t* attn_counters_ = nullptr;  // cluster attention's combine counters (left zeroed)
     uint32_t* gdn_counters_ = nullptr;   // the fused GDN kernel's per-key-head counters (left zeroed)
     static constexpr int kGdnCounters = 256;
     unsigned long long* argmax_keys_ = nullptr;  // one per row of an argmax call

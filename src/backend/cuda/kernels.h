@@ -270,9 +270,7 @@ struct AttnArgs {
     int split_keys = 16;           // decode: keys per split at least (attn_split_keys())
     int split_heads = 8;           // decode, split kernel: query heads per block at most (attn_split_heads())
     int cluster = 0;               // decode: cluster size of the cluster kernel, 0 = split + combine kernels
-    int cluster_keys = 128;        // decode, cluster kernel: a cluster takes up to cluster * cluster_keys keys
-    uint32_t* counters = nullptr;  // cluster kernel: zeroed, one per token and head group (left zeroed)
-    size_t counter_count = 0;
+    int cluster_keys = 128;        // decode: contexts up to cluster * cluster_keys keys go to the cluster kernel
     // With cluster > 0 the cluster kernel is for tokens whose context fits one cluster (n_kv <=
     // cluster * cluster_keys; long contexts stream faster through the split kernels): launch_attention
     // launches the kernels the host's copy of pos[0] calls for, and a token's path depends on its
