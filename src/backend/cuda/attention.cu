@@ -29,7 +29,10 @@ namespace cg = cooperative_groups;
 constexpr int kAttnWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per block
 constexpr int kMaxDecodeTokens = 8;  // up to this T: split flash decoding; above: the prefill kernel
-constexpr int kClusterWarps = 8;     // warps per block of the cluster kernel
+#ifndef DF_ATTN_CLUSTER_WARPS  // build-time knob for A/B builds
+#define DF_ATTN_CLUSTER_WARPS 8
+#endif
+constexpr int kClusterWarps = DF_ATTN_CLUSTER_WARPS;  // warps per block of the cluster kernel
 #ifndef DF_ATTN_AHEAD_SMALL  // keys in flight per warp (head dims <= 128 / larger): A/B build knobs
 #define DF_ATTN_AHEAD_SMALL 4
 #endif
