@@ -130,7 +130,10 @@ struct EmbedArgs {
 // The same product as MatvecArgs on the integer tensor cores (imma.cuh), from activations that
 // launch_act_quant has converted (xq, xe); cols a multiple of 256. Its grid: kImmaBlocksPerSm
 // blocks of kImmaWarps warps per SM (one block: the decoder tables staged once per SM).
-inline constexpr int kImmaWarps = 16, kImmaBlocksPerSm = 1;
+#ifndef DF_IMMA_WARPS  // build-time knob for A/B builds
+#define DF_IMMA_WARPS 16
+#endif
+inline constexpr int kImmaWarps = DF_IMMA_WARPS, kImmaBlocksPerSm = 1;
 struct ImmaArgs {
     QuantMatrix w;
     const uint8_t* up = nullptr;   // fused gate/up, as MatvecArgs
