@@ -463,7 +463,7 @@ inline constexpr int kClusterMax = 16;
 
 template <int DPL, int G, int W>
 constexpr size_t attn_cluster_smem_bytes() {
-    return sizeof(float) * (3 * W * G + W * G * 32 * DPL + 2 * G + G * 32 * DPL + kClusterMax * G + 2 * G);
+    return sizeof(float) * (3 * W * G + W * G * 32 * DPL + 2 * G + G * 32 * DPL + kClusterMax * G + G);
 }
 
 template <int DPL, bool kHalf, int G, int W>
@@ -499,8 +499,7 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
     float* blk_l = blk_m + G;               // [G]
     float* blk_o = blk_l + G;               // [G][D]
     float* cl_f = blk_o + G * D;            // the cluster's blocks' weights e^(m_c - M): [C][G]
-    float* hd_m = cl_f + kClusterMax * G;   // per head: M, L over the cluster
-    float* hd_l = hd_m + G;
+    float* hd_l = cl_f + kClusterMax * G;   // per head: the denominator over the cluster
     merge_warps<DPL, G, W>(group, warp, lane, m, l, acc, sm_m, sm_l, sm_f, sm_acc, [&](int i, int d, float M, float L, float O) {
         if (d == 0) {
             blk_m[i] = M;
@@ -526,10 +525,7 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
         for (int o = 1; o < C; o <<= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
         if (live) {
             cl_f[c * G + i] = f;
-            if (c == 0) {
-                hd_m[i] = M;
-                hd_l[i] = L;
-            }
+            if (c == 0) hd_l[i] = L;
         }
     }
     __syncthreads();
