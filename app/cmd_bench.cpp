@@ -2,6 +2,7 @@
 // bandwidth they imply against a measured floor, peak memory by kind. Random token ids; a
 // warm-up pass first; the median of --reps runs with their min and max.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -87,7 +88,9 @@ void run(const BenchArgs& a) {
         prefill.push_back({{"tokens", p}, {"tok_s_median", sp.median}, {"min", sp.min}, {"max", sp.max}});
     }
 
-    std::vector<double> decode_rates;
+    // decode_rates: the session's own count (from each step's inputs to its logits); wall_rates:
+    // the caller's loop, each token's id read back too (what a generation loop sees).
+    std::vector<double> decode_rates, wall_rates;
     if (a.n_gen > 0) {
         const auto ids = random_ids(decode_prompt, info.n_vocab, 7);
         for (int r = 0; r < a.reps; ++r) {
@@ -95,12 +98,16 @@ void run(const BenchArgs& a) {
             s.append(ids);
             s.reset_stats();
             int32_t t = s.argmax();
+            const auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < a.n_gen; ++i) t = s.step(t);
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             decode_rates.push_back(s.stats().decode_tok_s());
+            wall_rates.push_back(sec > 0 ? a.n_gen / sec : 0);
         }
     }
     const diskformer::Stats last = s.stats();  // memory by kind (the session's peak: it never shrinks)
     const Spread dec = decode_rates.empty() ? Spread{} : spread(decode_rates);
+    const Spread wall = wall_rates.empty() ? Spread{} : spread(wall_rates);
 
     // Traffic at the mean depth of the decode run.
     const auto kv_type = so.kv_type;
@@ -138,7 +145,8 @@ void run(const BenchArgs& a) {
               {"tok_s", dec.median},
               {"ms_per_token", dec.median > 0 ? 1e3 / dec.median : 0},
               {"min", dec.min},
-              {"max", dec.max}}},
+              {"max", dec.max},
+              {"wall_tok_s", wall.median}}},
             {"bytes_per_token", traffic.total()},
             {"bytes_per_token_detail", {{"weights", traffic.weights}, {"state", traffic.state}, {"kv", traffic.kv}}},
             {"gb_s", gb_s},
@@ -165,6 +173,8 @@ void run(const BenchArgs& a) {
     if (a.n_gen > 0) {
         std::printf("decode   %5d tokens  %9.2f tok/s  [%.2f, %.2f]  %.2f ms/token (after a %d-token prompt)\n",
                     a.n_gen, dec.median, dec.min, dec.max, 1e3 / dec.median, decode_prompt);
+        std::printf("                       %9.2f tok/s  with each token read back (%.3f ms/token)\n", wall.median,
+                    1e3 / wall.median);
         std::printf("traffic  %.1f MB/token (weights %.1f, state %.2f, kv %.2f)  %.2f GB/s = %.1f %% of %.1f GB/s (%s)\n",
                     traffic.total() / 1e6, traffic.weights / 1e6, traffic.state / 1e6, traffic.kv / 1e6, gb_s,
                     floor > 0 ? 100 * gb_s / floor : 0, floor, floor_source.c_str());
