@@ -38,14 +38,24 @@ struct Weight {
 };
 
 // The tokens of one forward call. tokens[T] and pos[T] live in backend memory, written by the
-// caller's uploads only (no op writes them: CUDA kernels read pos before waiting for the kernel
-// before them).
+// caller's uploads or by the previous call's argmax feed (its last op); no other op writes them
+// (CUDA kernels read pos before waiting for the kernel before them, and a forward's first kernel
+// waits for everything before it).
 struct Step {
     int T = 0;                      // tokens in this call (1 for decode)
     const int32_t* tokens = nullptr;
     const int32_t* pos = nullptr;   // absolute position of each token (consecutive, ascending)
     int pos0_hint = 0;              // host copy of pos[0]; may be stale inside a replayed graph
     int max_ctx = 0;                // context capacity (KV rows) of the session
+};
+
+// Where argmax also leaves the next one-token step's inputs, so that a greedy decode loop feeds
+// itself on the backend and uploads nothing: tokens[0] = the last row's argmax, pos[0] = pos[T - 1]
+// + 1 (tokens and pos: the Step buffers of the forward whose logits argmax reads, T its tokens).
+struct ArgmaxFeed {
+    int32_t* tokens = nullptr;
+    int32_t* pos = nullptr;
+    int T = 0;
 };
 
 // Geometry of one causal attention call over a KV cache.
@@ -96,6 +106,10 @@ public:
     virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // backend to backend
     virtual void zero(void* dst, size_t bytes) = 0;
     virtual void synchronize() {}
+    // Memory that ops write like any other and the host reads in place once synchronize() has
+    // returned: a small result (the argmax) comes back without a copy call. CUDA: mapped pinned
+    // host memory; the CPU backend's memory is the host's anyway. Zero-filled; release() frees it.
+    virtual void* alloc_host_visible(size_t bytes, MemKind kind) { return alloc(bytes, kind); }
     // Makes a weight usable by the ops. host points into the mapped GGUF and stays valid for the
     // model's lifetime (the CPU backend uses it in place; CUDA copies it).
     virtual Weight load_weight(quant::Type type, int64_t cols, int64_t rows, const void* host,
@@ -174,8 +188,9 @@ public:
     // y[i] += x[i] for i < n.
     virtual void add(float* y, const float* x, int64_t n) = 0;
 
-    // out[t] = argmax over x[t, 0..n) (lowest index wins ties).
-    virtual void argmax(const float* x, int T, int n, int32_t* out) = 0;
+    // out[t] = argmax over x[t, 0..n) (lowest index wins ties); with `feed`, also the next step's
+    // inputs (ArgmaxFeed) from out[T - 1].
+    virtual void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed = nullptr) = 0;
 
     // ---- graphs (decode) ----------------------------------------------------------------------
     // A forward step whose changing inputs all live in backend memory (Step::tokens/pos, caches,

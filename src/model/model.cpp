@@ -105,7 +105,9 @@ std::unique_ptr<State> Model::new_state(int ctx, int chunk, KvType kv_type, bool
     st->logits = f32((all_logits ? T : 1) * static_cast<size_t>(c.n_vocab));
     st->tokens = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
     st->pos = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
-    st->argmax = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
+    st->argmax = static_cast<int32_t*>(be.alloc_host_visible(sizeof(int32_t) * T, MemKind::scratch));
+    st->owned.push_back(st->argmax);
+    st->scratch_bytes += sizeof(int32_t) * T;
     return st;
 }
 

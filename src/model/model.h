@@ -41,9 +41,9 @@ struct State {
     KvType kv_type = KvType::f16;
     std::vector<void*> k_cache, v_cache;         // per layer; null for recurrent layers
     std::vector<float*> conv_state, ssm_state;   // per layer; null for attention layers
-    int32_t* tokens = nullptr;                   // [chunk]
-    int32_t* pos = nullptr;                      // [chunk]
-    int32_t* argmax = nullptr;                   // [chunk]
+    int32_t* tokens = nullptr;                   // [chunk]; after a forward with logits, [0] = the argmax
+    int32_t* pos = nullptr;                      // [chunk]; ... and [0] = the next position (ArgmaxFeed)
+    int32_t* argmax = nullptr;                   // [chunk], host-visible (Backend::alloc_host_visible)
     float* logits = nullptr;                     // [chunk, n_vocab] when all_logits, else [1, n_vocab]
     bool all_logits = false;
     // scratch

@@ -116,7 +116,8 @@ void forward(const Model& m, State& st, const Step& s, Output out) {
     const int n = T - first;
     be.rmsnorm(st.h + static_cast<int64_t>(first) * E, E, f(w.output_norm), n, E, c.eps, st.x, E);
     be.matmul(w.output, st.x, n, st.logits);
-    be.argmax(st.logits, n, c.n_vocab, st.argmax);
+    const ArgmaxFeed feed{st.tokens, st.pos, T};  // the next step's inputs, for a greedy caller
+    be.argmax(st.logits, n, c.n_vocab, st.argmax, &feed);
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ struct Session::Impl {
     std::vector<int32_t> host_buf; // staging for token ids / positions
     bool logits_valid = false;     // the last evaluated position's logits are in st
     int64_t last_row = 0;          // row of st->logits holding them
+    // What the last forward's argmax feed left in st->tokens[0] / st->pos[0] (ArgmaxFeed): a
+    // one-token step of that token at that position needs no upload. fed_pos < 0: nothing.
+    int32_t fed_token = 0;
+    int64_t fed_pos = -1;
     Stats stats;
 
     // The step graphs' keys: the state's address (operator new aligns it) plus the length band.
@@ -69,11 +73,15 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
     for (size_t off = 0; off < n;) {
         const int T = static_cast<int>(std::min(step, n - off));
         const bool last_chunk = off + T == n;
-        host_buf.resize(2 * T);
-        std::copy(ids.begin() + off, ids.begin() + off + T, host_buf.begin());
-        for (int t = 0; t < T; ++t) host_buf[T + t] = static_cast<int32_t>(tokens.size()) + t;
-        be->upload(st->tokens, host_buf.data(), sizeof(int32_t) * T);
-        be->upload(st->pos, host_buf.data() + T, sizeof(int32_t) * T);
+        const bool fed = T == 1 && fed_pos == static_cast<int64_t>(tokens.size()) && ids[off] == fed_token;
+        if (!fed) {
+            host_buf.resize(2 * T);
+            std::copy(ids.begin() + off, ids.begin() + off + T, host_buf.begin());
+            for (int t = 0; t < T; ++t) host_buf[T + t] = static_cast<int32_t>(tokens.size()) + t;
+            be->upload(st->tokens, host_buf.data(), sizeof(int32_t) * T);
+            be->upload(st->pos, host_buf.data() + T, sizeof(int32_t) * T);
+        }
+        fed_pos = -1;  // the buffers now hold this step's inputs (or, below, the feed's)
         df::Step s;
         s.T = T;
         s.tokens = st->tokens;
@@ -112,6 +120,9 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
     }
     be->synchronize();
     logits_valid = true;
+    // The last chunk computed logits, so its argmax fed the buffers (host-visible, read in place).
+    fed_token = st->argmax[last_row];
+    fed_pos = static_cast<int64_t>(tokens.size());
     const double ms = ms_since(t0);
     if (decode) {
         stats.decode_tokens += static_cast<int64_t>(n);
@@ -190,9 +201,7 @@ int32_t Session::step(int32_t token) {
 int32_t Session::argmax() const {
     const auto& I = *impl_;
     if (!I.logits_valid) throw Error("no logits: evaluate a token first");
-    int32_t id = 0;
-    I.be->download(&id, I.st->argmax + I.last_row, sizeof(id));
-    return id;
+    return I.st->argmax[I.last_row];  // host-visible, and eval() synchronized
 }
 
 std::vector<float> Session::logits() const {
@@ -208,6 +217,7 @@ void Session::reset() {
     auto& I = *impl_;
     I.tokens.clear();
     I.logits_valid = false;
+    I.fed_pos = -1;
     I.m->reset_state(*I.st);
 }
 

@@ -58,10 +58,11 @@ void upload_step(Backend& be, model::State& st, const std::vector<int32_t>& toke
 }
 
 // One token at position pos through the model (state of capacity max_ctx): eager, or as the
-// decode graph keyed `key`, recorded on first use and replayed after.
+// decode graph keyed `key`, recorded on first use and replayed after. Without `upload` the step
+// takes what the previous forward's argmax fed into st.tokens / st.pos (ArgmaxFeed).
 void decode_step(const model::Model& m, Backend& gpu, model::State& st, uint64_t key, int32_t tok, int pos, int max_ctx,
-                 bool graph) {
-    upload_step(gpu, st, {tok}, pos);
+                 bool graph, bool upload = true) {
+    if (upload) upload_step(gpu, st, {tok}, pos);
     if (graph && gpu.replay(key)) return;
     const bool rec = graph && gpu.begin_capture(key);
     Step s;
@@ -208,6 +209,57 @@ TEST(CudaModel, GraphAndEagerDecodeBitIdenticalWithAndWithoutPdl) {
         std::printf("[cuda golden] %-18s decode: eager/graph x PDL on/off bit-identical over %d steps\n", name.c_str(), steps);
     }
     cuda::set_pdl_enabled(pdl_default);
+}
+
+// A greedy continuation whose steps take their token and position from the previous step's
+// argmax (no upload) equals one whose steps upload them, bit for bit, recorded as a graph or
+// launched eagerly (the embedding kernel then waits for the argmax without PDL); the argmax is
+// read in place from host-visible memory.
+TEST(CudaModel, ArgmaxFeedsTheNextDecodeStep) {
+    DF_REQUIRE_CUDA();
+    auto gpu = gpu_backend();
+    for (const fs::path& path : golden_models()) {
+        const std::string name = path.stem().string();
+        SCOPED_TRACE(name);
+        const fs::path meta_path = path.parent_path() / (name + ".greedy_f32w.json");
+        if (!fs::exists(meta_path)) continue;
+        const auto meta = read_file(meta_path);
+        const auto prompt = json_ints(std::string(meta.begin(), meta.end()), "prompt");
+        ASSERT_FALSE(prompt.empty());
+        const auto m = model::Model::load(path.string(), gpu);
+        const int V = m->config().n_vocab, P = 12, G = 20;
+        for (const bool graph : {true, false}) {
+            std::vector<float> want, got;
+            std::vector<int32_t> want_ids, got_ids;
+            for (const bool feed : {false, true}) {
+                auto st = m->new_state(512, 1, KvType::f16, false);
+                const uint64_t key = reinterpret_cast<uintptr_t>(st.get());
+                auto& logits = feed ? got : want;
+                auto& ids = feed ? got_ids : want_ids;
+                int32_t next = 0;
+                for (int t = 0; t < P + G; ++t) {
+                    const bool fed = feed && t >= P;
+                    decode_step(*m, *gpu, *st, key, t < P ? prompt[static_cast<size_t>(t)] : next, t, 512, graph, !fed);
+                    gpu->synchronize();
+                    next = st->argmax[0];  // host-visible
+                    int32_t copied = -1;
+                    gpu->download(&copied, st->argmax, 4);
+                    EXPECT_EQ(copied, next);
+                    std::vector<float> row(V);
+                    gpu->download(row.data(), st->logits, static_cast<size_t>(V) * 4);
+                    EXPECT_EQ(next, argmax_of(row.data(), V)) << "step " << t;
+                    logits.insert(logits.end(), row.begin(), row.end());
+                    ids.push_back(next);
+                }
+                if (graph) gpu->drop_capture(key);
+                m->free_state(*st);
+            }
+            EXPECT_EQ(got_ids, want_ids) << (graph ? "graph" : "eager");
+            EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << (graph ? "graph" : "eager");
+        }
+        std::printf("[cuda golden] %-18s decode: %d steps fed by the argmax equal uploaded ones (graph, eager)\n",
+                    name.c_str(), G);
+    }
 }
 
 }  // namespace

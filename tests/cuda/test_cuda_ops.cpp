@@ -412,6 +412,30 @@ TEST(CudaOps, SigmoidMulAddArgmax) {
         EXPECT_EQ(og.get(), oc.get());
         EXPECT_EQ(og.get(), (std::vector<int32_t>{5000, 0, n - 1, 16}));
     }
+    {  // the feed (the last row's id and next position into a step's buffers); out host-visible
+        const int T = 3, n = 70001;
+        const auto x = randn(g, static_cast<size_t>(T) * n);
+        const int want = static_cast<int>(std::max_element(x.begin() + 2 * n, x.end()) - (x.begin() + 2 * n));
+        for (Backend* be : {&cpu, &gpu}) {
+            SCOPED_TRACE(be->name());
+            Buf<float> xb(*be, x);
+            Buf<int32_t> tok(*be, std::vector<int32_t>{7, 8, 9}), pos(*be, std::vector<int32_t>{40, 41, 42});
+            auto* out = static_cast<int32_t*>(be->alloc_host_visible(sizeof(int32_t) * T, MemKind::scratch));
+            out[0] = -1;
+            const ArgmaxFeed feed{tok.p(), pos.p(), T};
+            be->argmax(xb.p() + 2 * n, 1, n, out, &feed);  // the last row only, as a decode step's logits
+            be->synchronize();
+            EXPECT_EQ(out[0], want);
+            EXPECT_EQ(tok.get(), (std::vector<int32_t>{want, 8, 9}));
+            EXPECT_EQ(pos.get(), (std::vector<int32_t>{43, 41, 42}));
+            be->argmax(xb.p(), T, n, out, &feed);  // every row: the feed still takes the last
+            be->synchronize();
+            EXPECT_EQ(out[2], want);
+            EXPECT_EQ(tok.get(), (std::vector<int32_t>{want, 8, 9}));
+            EXPECT_EQ(pos.get(), (std::vector<int32_t>{43, 41, 42}));
+            be->release(out);
+        }
+    }
 }
 
 TEST(CudaOps, GatedRmsNormInPlace) {

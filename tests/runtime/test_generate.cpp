@@ -82,6 +82,39 @@ TEST_P(Generate, GreedyEqualsManualArgmaxLoop) {
     EXPECT_EQ(a.n_cached(), static_cast<int>(prompt.size() + r.tokens.size() - 1));
 }
 
+TEST_P(Generate, FedStepsEqualOnePass) {
+    // A step whose token is the previous argmax takes it (and its position) from where that
+    // argmax left it on the backend; a step with any other token uploads both. Either way the
+    // logits must be those of one pass over the whole sequence.
+    const auto prompt = prompt_of(GetParam());
+    dfm::Session a(model(GetParam()), {.ctx = 256});
+    a.append(prompt);
+    std::vector<int32_t> seq = prompt;
+    std::vector<std::vector<float>> rows;
+    int32_t t = a.argmax();
+    for (int i = 0; i < 10; ++i) {
+        if (i == 4 || i == 5) t = (t + 1) % static_cast<int32_t>(a.logits().size());  // not the argmax
+        seq.push_back(t);
+        t = a.step(t);
+        rows.push_back(a.logits());
+    }
+    dfm::Session b(model(GetParam()), {.ctx = 256});
+    const size_t V = rows[0].size();
+    std::vector<float> all(seq.size() * V);
+    b.append(seq, all.data());
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const float* want = all.data() + (prompt.size() + i) * V;
+        double num = 0, den = 0;
+        for (size_t k = 0; k < V; ++k) {
+            num += (static_cast<double>(rows[i][k]) - want[k]) * (static_cast<double>(rows[i][k]) - want[k]);
+            den += static_cast<double>(want[k]) * want[k];
+        }
+        EXPECT_LE(num / den, 1e-10) << "step " << i;
+        EXPECT_EQ(std::max_element(rows[i].begin(), rows[i].end()) - rows[i].begin(),
+                  std::max_element(want, want + V) - want) << "step " << i;
+    }
+}
+
 TEST_P(Generate, LongPromptsArePrefilledInSlices) {
     // Past 512 tokens the prompt is evaluated in slices (abort checks between them); the result
     // must not change, whether the cache starts empty, extends or departs.

@@ -196,13 +196,17 @@ void CpuBackend::add(float* y, const float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void CpuBackend::argmax(const float* x, int T, int n, int32_t* out) {
+void CpuBackend::argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) {
     for (int t = 0; t < T; ++t) {
         const float* r = x + static_cast<int64_t>(t) * n;
         int best = 0;
         for (int i = 1; i < n; ++i)
             if (r[i] > r[best]) best = i;
         out[t] = best;
+    }
+    if (feed && T > 0) {
+        feed->pos[0] = feed->pos[feed->T - 1] + 1;
+        feed->tokens[0] = out[T - 1];
     }
 }
 

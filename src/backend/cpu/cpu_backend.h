@@ -59,7 +59,7 @@ public:
     void gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads, int n,
                        float eps, float* out) override;
     void add(float* y, const float* x, int64_t n) override;
-    void argmax(const float* x, int T, int n, int32_t* out) override;
+    void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) override;
 
 private:
     ThreadPool pool_;

@@ -115,6 +115,7 @@ CudaBackend::~CudaBackend() {
     trace_dump();
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     for (auto& [p, info] : allocs_) cudaFree(p);
+    for (void* p : host_allocs_) cudaFreeHost(p);
     if (staging_) cudaFreeHost(staging_);
     for (int i = 0; i < kSideStreams; ++i) {
         cudaStreamDestroy(side_[i]);
@@ -157,12 +158,42 @@ void* CudaBackend::alloc(size_t bytes, MemKind kind) {
     return p;
 }
 
+// The host reads it in place after synchronize(); kernels write it through the same address
+// (unified addressing), each store going over the bus: for results of a few bytes per token.
+void* CudaBackend::alloc_host_visible(size_t bytes, MemKind kind) {
+    DF_CUDA_REQUIRE(!capturing_, "alloc while a graph is being recorded");
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        throw std::runtime_error("CUDA backend: out of pinned host memory allocating " + std::to_string(bytes) +
+                                 " bytes for " + kind_name(kind));
+    }
+    DF_CUDA_CHECK(e);
+    void* dev = nullptr;
+    DF_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+    if (dev != p) {
+        cudaFreeHost(p);
+        DF_CUDA_REQUIRE(false, "mapped host memory needs unified addressing (device and host pointers differ)");
+    }
+    std::memset(p, 0, std::max<size_t>(bytes, 1));
+    std::lock_guard lock(mem_mu_);
+    host_allocs_.insert(p);
+    return p;
+}
+
 void CudaBackend::release(void* p) {
     if (!p) return;
     op_start();
     DF_CUDA_REQUIRE(!capturing_, "release while a graph is being recorded");
     {
-        std::lock_guard lock(mem_mu_);
+        std::unique_lock lock(mem_mu_);
+        if (host_allocs_.erase(p)) {
+            lock.unlock();
+            DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+            DF_CUDA_CHECK(cudaFreeHost(p));
+            return;
+        }
         auto it = allocs_.find(p);
         DF_CUDA_REQUIRE(it != allocs_.end(), "release of a pointer this backend did not allocate");
         account(it->second.first, it->second.second, false);
@@ -176,14 +207,14 @@ void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     op_start();
     DF_CUDA_REQUIRE(!capturing_, "upload while a graph is being recorded");
-    DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));  // dst may be host-visible memory
 }
 
 void CudaBackend::download(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     flush();
     DF_CUDA_REQUIRE(!capturing_, "download while a graph is being recorded");
-    DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));  // src may be host-visible memory
     DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -932,9 +963,11 @@ void CudaBackend::add(float* y, const float* x, int64_t n) {
     launch_add(y, x, n, stream_);
 }
 
-void CudaBackend::argmax(const float* x, int T, int n, int32_t* out) {
+void CudaBackend::argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) {
     op_start();
-    launch_argmax(x, T, n, out, argmax_keys_, kArgmaxKeys, stream_);
+    DF_CUDA_REQUIRE(!feed || (feed->T >= 1 && feed->tokens && feed->pos), "argmax: incomplete feed");
+    launch_argmax(x, T, n, out, argmax_keys_, kArgmaxKeys, stream_, feed ? feed->tokens : nullptr,
+                  feed ? feed->pos : nullptr, feed ? feed->T : 0);
 }
 
 // ---- graphs --------------------------------------------------------------------------------

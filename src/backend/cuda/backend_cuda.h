@@ -7,6 +7,7 @@
 #include <array>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -27,6 +28,7 @@ public:
 
     void* alloc(size_t bytes, MemKind kind) override;
     void release(void* p) override;
+    void* alloc_host_visible(size_t bytes, MemKind kind) override;
     void upload(void* dst, const void* src, size_t bytes) override;
     void download(void* dst, const void* src, size_t bytes) override;
     void copy(void* dst, const void* src, size_t bytes) override;
@@ -58,7 +60,7 @@ public:
     void gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l, int T,
                  const GdnShape& g, float eps, float* out) override;
     void add(float* y, const float* x, int64_t n) override;
-    void argmax(const float* x, int T, int n, int32_t* out) override;
+    void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) override;
 
     int graph_variant(const Step& s) const override;
     bool begin_capture(uint64_t key) override;
@@ -217,6 +219,7 @@ private:
 
     mutable std::mutex mem_mu_;
     std::unordered_map<void*, std::pair<size_t, MemKind>> allocs_;
+    std::unordered_set<void*> host_allocs_;  // alloc_host_visible: mapped pinned host memory, not device memory
     std::array<size_t, static_cast<size_t>(MemKind::count_)> in_use_{}, peak_{};
 
     static constexpr int kSideStreams = 4, kStreams = kSideStreams + 1;

@@ -129,10 +129,18 @@ __global__ void __launch_bounds__(kThreads) argmax_partial_kernel(const float* x
     }
 }
 
-__global__ void argmax_finish_kernel(const unsigned long long* keys, int T, int32_t* out) {
+// With feed_tokens, the thread of row T - 1 also writes the next step's token and position.
+__global__ void argmax_finish_kernel(const unsigned long long* keys, int T, int32_t* out, int32_t* feed_tokens,
+                                     int32_t* feed_pos, int feed_T) {
     pdl_begin();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < T) out[t] = static_cast<int32_t>(~static_cast<uint32_t>(keys[t] & 0xFFFFFFFFu));
+    if (t >= T) return;
+    const int32_t id = static_cast<int32_t>(~static_cast<uint32_t>(keys[t] & 0xFFFFFFFFu));
+    out[t] = id;
+    if (feed_tokens && t == T - 1) {
+        feed_pos[0] = feed_pos[feed_T - 1] + 1;
+        feed_tokens[0] = id;
+    }
 }
 
 }  // namespace
@@ -172,14 +180,16 @@ void launch_gdn_conv(float* x, int T, int channels, int taps, const float* w, fl
 }
 
 void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long long* keys, int keys_cap,
-                   cudaStream_t s) {
+                   cudaStream_t s, int32_t* feed_tokens, int32_t* feed_pos, int feed_T) {
     for (int t0 = 0; t0 < T; t0 += keys_cap) {
         const int nt = std::min(keys_cap, T - t0);
+        const bool last = t0 + nt == T;
         DF_CUDA_CHECK(cudaMemsetAsync(keys, 0, sizeof(unsigned long long) * nt, s));
         const int per_block = kThreads * kArgmaxPerThread;
         launch(argmax_partial_kernel, dim3((n + per_block - 1) / per_block, nt), kThreads, 0, s,
             x + static_cast<int64_t>(t0) * n, n, keys);
-        launch(argmax_finish_kernel, (nt + 127) / 128, 128, 0, s, keys, nt, out + t0);
+        launch(argmax_finish_kernel, (nt + 127) / 128, 128, 0, s, keys, nt, out + t0, last ? feed_tokens : nullptr,
+               last ? feed_pos : nullptr, feed_T);
     }
 }
 

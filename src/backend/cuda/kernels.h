@@ -321,9 +321,10 @@ bool gated_rmsnorm_quant_fits(const float* x, const float* z, const float* out, 
 void launch_gated_rmsnorm_quant(const float* x, const float* z, const float* w, int T, int heads, int n,
                                 float eps, float* out, uint2* xq, float* xe, cudaStream_t s);
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t s);
-// keys: scratch of keys_cap 64-bit words (rows are processed keys_cap at a time).
+// keys: scratch of keys_cap 64-bit words (rows are processed keys_cap at a time). With feed_tokens,
+// also feed_tokens[0] = out[T - 1] and feed_pos[0] = feed_pos[feed_T - 1] + 1 (Backend::argmax).
 void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long long* keys, int keys_cap,
-                   cudaStream_t s);
+                   cudaStream_t s, int32_t* feed_tokens = nullptr, int32_t* feed_pos = nullptr, int feed_T = 0);
 // gate[i] = silu(gate[i]) * up[i] for i < n.
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
 

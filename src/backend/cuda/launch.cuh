@@ -8,8 +8,9 @@
 //
 // The contract every kernel keeps (device_util.cuh): pdl_trigger() first, and pdl_wait() in every
 // thread before its first access to memory that another kernel writes or reads (reads of what
-// only the host's stream-ordered copies write, such as weights, tables and Step::pos, may come
-// before: every kernel starts after the copies before it completed). Because each
+// only the host's stream-ordered copies write, such as weights and tables, may come before: every
+// kernel starts after the copies before it completed; so may reads of Step::pos, which otherwise
+// only the previous forward's last kernel writes: launch_after_all). Because each
 // kernel waits for its predecessor's completion, and that predecessor waited for its own, the
 // ordering is transitive: a kernel sees everything written before it in the stream.
 #pragma once
@@ -41,16 +42,16 @@ inline void trace_bind_unit() {
 }
 #endif
 
-// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute when pdl_enabled(), the decode
-// carveout while decode launches are on (kernels.h) and, with cluster_x > 0, in thread block
-// clusters of cluster_x blocks along x; checked.
+// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute when pdl_enabled() and `pdl`,
+// the decode carveout while decode launches are on (kernels.h) and, with cluster_x > 0, in thread
+// block clusters of cluster_x blocks along x; checked.
 template <typename... Params, typename... Args>
-void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, int cluster_x,
-                    Args&&... args) {
+void launch_with(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                 int cluster_x, Args&&... args) {
     cudaLaunchAttribute attr[3];
     int n = 0;
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attr[n++].val.programmaticStreamSerializationAllowed = pdl && pdl_enabled() ? 1 : 0;
     if (cluster_x > 0) {
         attr[n].id = cudaLaunchAttributeClusterDimension;
         attr[n].val.clusterDim.x = static_cast<unsigned>(cluster_x);
@@ -76,8 +77,23 @@ void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sme
 }
 
 template <typename... Params, typename... Args>
+void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, int cluster_x,
+                    Args&&... args) {
+    launch_with(true, kernel, grid, block, smem, s, cluster_x, std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
-    launch_cluster(kernel, grid, block, smem, s, 0, std::forward<Args>(args)...);
+    launch_with(true, kernel, grid, block, smem, s, 0, std::forward<Args>(args)...);
+}
+
+// Without PDL: the kernel starts only after everything before it in the stream has completed.
+// A forward's first kernel (the embedding) launches so, since the previous forward's last kernel
+// may have written Step::tokens and Step::pos (Backend::argmax's feed), which later kernels read
+// before their pdl_wait().
+template <typename... Params, typename... Args>
+void launch_after_all(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+    launch_with(false, kernel, grid, block, smem, s, 0, std::forward<Args>(args)...);
 }
 #ifdef DF_CUDA_TRACE
 }  // namespace

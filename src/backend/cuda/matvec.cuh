@@ -584,7 +584,7 @@ void embed_launch(const EmbedArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.out) % 16 == 0, "embed: out must be 16-byte aligned");
     const int n_units = a.w.cols / Quant<TY>::kUnit;
     const dim3 grid((n_units + 127) / 128, a.T);
-    launch(embed_kernel<TY>, grid, 128, 0, s, a);
+    launch_after_all(embed_kernel<TY>, grid, 128, 0, s, a);  // a forward's first kernel
 }
 
 }  // namespace df::cuda
