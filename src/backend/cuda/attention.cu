@@ -66,43 +66,41 @@ struct RawRow {
     uint32_t w[kPairs ? DPL / 2 : DPL];
 };
 
-template <int DPL, bool kHalf>
-DF_DEV void load_raw(const void* base, int64_t idx, RawRow<DPL, kHalf>& r) {
-    if constexpr (kHalf) {
-        const __half* p = static_cast<const __half*>(base) + idx;
-        if constexpr (DPL % 8 == 0) {
+// The lane's DPL values of a row at p into r: 32-bit words by the widest vector load that divides
+// them (f16 pairs, f32), or one 16-bit load per value (f16, odd DPL). kGlobal: global memory
+// through the read-only path (the caches); else shared memory (the split kernel's rings).
+template <bool kGlobal, int DPL, bool kHalf>
+DF_DEV void fill_raw(const void* p, RawRow<DPL, kHalf>& r) {
+    auto ld = [](const auto* q) {
+        if constexpr (kGlobal) return __ldg(q);
+        else return *q;
+    };
+    constexpr int N = sizeof(r.w) / sizeof(r.w[0]);
+    if constexpr (kHalf && !RawRow<DPL, kHalf>::kPairs) {
 #pragma unroll
-            for (int e = 0; e < DPL / 8; ++e) {
-                const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + e);
-                r.w[4 * e] = v.x; r.w[4 * e + 1] = v.y; r.w[4 * e + 2] = v.z; r.w[4 * e + 3] = v.w;
-            }
-        } else if constexpr (DPL % 4 == 0) {
+        for (int e = 0; e < DPL; ++e) r.w[e] = ld(static_cast<const unsigned short*>(p) + e);
+    } else if constexpr (N % 4 == 0) {
 #pragma unroll
-            for (int e = 0; e < DPL / 4; ++e) {
-                const uint2 v = __ldg(reinterpret_cast<const uint2*>(p) + e);
-                r.w[2 * e] = v.x; r.w[2 * e + 1] = v.y;
-            }
-        } else if constexpr (DPL % 2 == 0) {
+        for (int e = 0; e < N / 4; ++e) {
+            const uint4 v = ld(static_cast<const uint4*>(p) + e);
+            r.w[4 * e] = v.x; r.w[4 * e + 1] = v.y; r.w[4 * e + 2] = v.z; r.w[4 * e + 3] = v.w;
+        }
+    } else if constexpr (kHalf && N % 2 == 0) {  // f32 rows of other widths keep 4-byte loads
 #pragma unroll
-            for (int e = 0; e < DPL / 2; ++e) r.w[e] = __ldg(reinterpret_cast<const uint32_t*>(p) + e);
-        } else {
-#pragma unroll
-            for (int e = 0; e < DPL; ++e) r.w[e] = __ldg(reinterpret_cast<const unsigned short*>(p) + e);
+        for (int e = 0; e < N / 2; ++e) {
+            const uint2 v = ld(static_cast<const uint2*>(p) + e);
+            r.w[2 * e] = v.x; r.w[2 * e + 1] = v.y;
         }
     } else {
-        const float* p = static_cast<const float*>(base) + idx;
-        if constexpr (DPL % 4 == 0) {
 #pragma unroll
-            for (int e = 0; e < DPL / 4; ++e) {
-                const float4 v = __ldg(reinterpret_cast<const float4*>(p) + e);
-                r.w[4 * e] = __float_as_uint(v.x); r.w[4 * e + 1] = __float_as_uint(v.y);
-                r.w[4 * e + 2] = __float_as_uint(v.z); r.w[4 * e + 3] = __float_as_uint(v.w);
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < DPL; ++e) r.w[e] = __float_as_uint(__ldg(p + e));
-        }
+        for (int e = 0; e < N; ++e) r.w[e] = ld(static_cast<const uint32_t*>(p) + e);
     }
+}
+
+// Element idx of a cache (f16 or f32) at base.
+template <int DPL, bool kHalf>
+DF_DEV void load_raw(const void* base, int64_t idx, RawRow<DPL, kHalf>& r) {
+    fill_raw<true>(static_cast<const uint8_t*>(base) + idx * (kHalf ? 2 : 4), r);
 }
 
 template <int DPL, bool kHalf>
@@ -126,34 +124,7 @@ DF_DEV void unpack_row(const RawRow<DPL, kHalf>& r, float (&v)[DPL]) {
 // load_raw for a row staged in shared memory: the lane's DPL values at p.
 template <int DPL, bool kHalf>
 DF_DEV void read_raw(const uint8_t* p, RawRow<DPL, kHalf>& r) {
-    if constexpr (RawRow<DPL, kHalf>::kPairs && DPL % 8 == 0) {
-#pragma unroll
-        for (int e = 0; e < DPL / 8; ++e) {
-            const uint4 v = reinterpret_cast<const uint4*>(p)[e];
-            r.w[4 * e] = v.x; r.w[4 * e + 1] = v.y; r.w[4 * e + 2] = v.z; r.w[4 * e + 3] = v.w;
-        }
-    } else if constexpr (RawRow<DPL, kHalf>::kPairs && DPL % 4 == 0) {
-#pragma unroll
-        for (int e = 0; e < DPL / 4; ++e) {
-            const uint2 v = reinterpret_cast<const uint2*>(p)[e];
-            r.w[2 * e] = v.x; r.w[2 * e + 1] = v.y;
-        }
-    } else if constexpr (RawRow<DPL, kHalf>::kPairs) {
-#pragma unroll
-        for (int e = 0; e < DPL / 2; ++e) r.w[e] = reinterpret_cast<const uint32_t*>(p)[e];
-    } else if constexpr (kHalf) {
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) r.w[e] = reinterpret_cast<const unsigned short*>(p)[e];
-    } else if constexpr (DPL % 4 == 0) {
-#pragma unroll
-        for (int e = 0; e < DPL / 4; ++e) {
-            const uint4 v = reinterpret_cast<const uint4*>(p)[e];
-            r.w[4 * e] = v.x; r.w[4 * e + 1] = v.y; r.w[4 * e + 2] = v.z; r.w[4 * e + 3] = v.w;
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) r.w[e] = reinterpret_cast<const uint32_t*>(p)[e];
-    }
+    fill_raw<false>(p, r);
 }
 
 // A warp's start over its keys: lane's dims of the group's queries times `scale` in qv (heads
@@ -412,7 +383,7 @@ DF_DEV void merge_warps(int group, int warp, int lane, const float (&m)[G], cons
 // combined by attn_combine_kernel (or written directly when the context takes one split).
 template <int DPL, bool kHalf, int G>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a, int group, int nsplit) {
-    pdl_trigger();  // the split before pdl_wait: positions are written by host copies only
+    pdl_trigger();  // the split before pdl_wait: no kernel of this forward writes positions (launch.cuh)
     constexpr int D = 32 * DPL;
     const int split = blockIdx.x, t = blockIdx.z;
     const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
@@ -468,11 +439,11 @@ constexpr size_t attn_cluster_smem_bytes() {
 
 template <int DPL, bool kHalf, int G, int W>
 __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, int group) {
-    pdl_trigger();  // the split before pdl_wait: positions are written by host copies only
+    pdl_trigger();  // the split before pdl_wait: no kernel of this forward writes positions (launch.cuh)
     constexpr int D = 32 * DPL;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = static_cast<int>(cluster.num_blocks());
-    const int split = blockIdx.x, t = blockIdx.z, rank = static_cast<int>(cluster.block_rank());
+    const int split = blockIdx.x, t = blockIdx.z;  // the grid's x extent is one cluster: split = the block's rank
     const int ratio = a.heads / a.kv_heads, chunks = ratio / group;
     const int kvh = blockIdx.y / chunks;
     const int h0 = kvh * ratio + (blockIdx.y % chunks) * group;
@@ -530,7 +501,7 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
     }
     __syncthreads();
     trace_phase(4);  // the cluster's weights
-    for (int idx = rank * blockDim.x + threadIdx.x; idx < group * D; idx += C * blockDim.x) {
+    for (int idx = split * blockDim.x + threadIdx.x; idx < group * D; idx += C * blockDim.x) {
         const int i = idx / D, d = idx % D, h = h0 + i;
         float oc[kClusterMax];  // unrolled with c < C predicates: the remote loads in flight together
 #pragma unroll
@@ -556,7 +527,7 @@ __host__ __device__ constexpr int combine_dims(int D) { return D % kCombineDims 
 __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* partial, int heads, int D, int nsplit,
                                                                        int split_keys, int skip_upto, const int32_t* pos,
                                                                        float* out) {
-    pdl_trigger();  // the split before pdl_wait: positions are written by host copies only
+    pdl_trigger();  // the split before pdl_wait: no kernel of this forward writes positions (launch.cuh)
     const int dims = combine_dims(D), parts = D / dims, h = blockIdx.x / parts, t = blockIdx.y, tid = threadIdx.x;
     const int used = key_split(pos[t] + 1, nsplit, split_keys).used;
     if (used == 1 || pos[t] + 1 <= skip_upto) return;  // the attention kernel wrote the result, or the cluster kernel

@@ -118,7 +118,7 @@ void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, 
 // first); head_dim <= 512. Prefill takes several heads per block, so a token's rotation angles (a
 // serial product per angle, then cosf and sinf) are computed once for them, not per head.
 __global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
-    pdl_trigger();  // the angles before pdl_wait: positions are written by host copies only
+    pdl_trigger();  // the angles before pdl_wait: no kernel of this forward writes positions (launch.cuh)
     const int t = blockIdx.y, heads0 = a.set[0].heads;
     const int total = heads0 + (a.sets > 1 ? a.set[1].heads : 0);
     const int hb = blockIdx.x * per_block, he = min(total, hb + per_block);
