@@ -138,6 +138,13 @@ DF_DEV uint32_t lds32_at(uint32_t a) {
 
 // A release + acquire fence at GPU scope: lighter than __threadfence()'s sequentially consistent one.
 DF_DEV void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// *p += v with release semantics at GPU scope (the writes before it, and those ordered before it
+// by a barrier, are visible to whoever observes the new value); returns the old value.
+DF_DEV unsigned atomic_add_release_gpu(unsigned* p, unsigned v) {
+    unsigned old;
+    asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
 
 // Asynchronous global -> shared copies of N = 4, 8 or 16 bytes (both addresses N-aligned);
 // 16-byte copies bypass L1 (weights are streamed once).
