@@ -3,6 +3,7 @@
 // (matvec path), then the greedy continuation.
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <regex>
 
 #include <cstdlib>
@@ -48,6 +49,14 @@ std::vector<fs::path> golden_models() {
         if (e.path().extension() == ".gguf") v.push_back(e.path());
     std::sort(v.begin(), v.end());
     return v;
+}
+
+// The prompt of a golden model's greedy reference, or nothing when it has none.
+std::optional<std::vector<int32_t>> greedy_prompt(const fs::path& model_path) {
+    const fs::path meta = model_path.parent_path() / (model_path.stem().string() + ".greedy_f32w.json");
+    if (!fs::exists(meta)) return std::nullopt;
+    const auto text = read_file(meta);
+    return json_ints(std::string(text.begin(), text.end()), "prompt");
 }
 
 void upload_step(Backend& be, model::State& st, const std::vector<int32_t>& tokens, int pos0) {
@@ -193,10 +202,9 @@ TEST(CudaModel, GraphAndEagerDecodeBitIdenticalWithAndWithoutPdl) {
     for (const fs::path& path : golden_models()) {
         const std::string name = path.stem().string();
         SCOPED_TRACE(name);
-        const fs::path meta_path = path.parent_path() / (name + ".greedy_f32w.json");
-        if (!fs::exists(meta_path)) continue;
-        const auto meta = read_file(meta_path);
-        const auto prompt = json_ints(std::string(meta.begin(), meta.end()), "prompt");
+        const auto greedy = greedy_prompt(path);
+        if (!greedy) continue;
+        const std::vector<int32_t>& prompt = *greedy;
         ASSERT_FALSE(prompt.empty());
         const auto m = model::Model::load(path.string(), gpu);
         const int steps = 24;
@@ -221,10 +229,9 @@ TEST(CudaModel, ArgmaxFeedsTheNextDecodeStep) {
     for (const fs::path& path : golden_models()) {
         const std::string name = path.stem().string();
         SCOPED_TRACE(name);
-        const fs::path meta_path = path.parent_path() / (name + ".greedy_f32w.json");
-        if (!fs::exists(meta_path)) continue;
-        const auto meta = read_file(meta_path);
-        const auto prompt = json_ints(std::string(meta.begin(), meta.end()), "prompt");
+        const auto greedy = greedy_prompt(path);
+        if (!greedy) continue;
+        const std::vector<int32_t>& prompt = *greedy;
         ASSERT_FALSE(prompt.empty());
         const auto m = model::Model::load(path.string(), gpu);
         const int V = m->config().n_vocab, P = 12, G = 20;
