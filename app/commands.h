@@ -12,3 +12,4 @@ void register_synth(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
+void register_pull(CLI::App& app);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     register_tokenize(app);
     register_synth(app);
     register_bench(app);
+    register_pull(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
