@@ -3,7 +3,7 @@
 //   diskformer pull https://host/path/Model-Q8_0.gguf [-o FILE] [--sha256 HEX] [--size BYTES]
 //
 // Progress goes to stderr (a live line on a terminal); Ctrl-C stops and keeps `FILE.part`, so
-// running the same command again resumes. The last stdout line names the file, its size and
+// running the same command again resumes. HF_TOKEN, when set, authorizes huggingface.co URLs. The last stdout line names the file, its size and
 // sha256 (to pin it next time).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,8 @@ void run_pull(const PullArgs& a) {
     expect.sha256 = a.sha256;
     diskformer::store::FetchOptions o;
     o.attempts = a.attempts;
+    if (const char* token = std::getenv("HF_TOKEN"); token && a.url.find("://huggingface.co/") != std::string::npos)
+        o.bearer_token = token;  // gated repositories on the Hugging Face hub
     const bool tty = ::isatty(STDERR_FILENO);
     const auto t0 = std::chrono::steady_clock::now();
     auto last = t0;

@@ -27,6 +27,7 @@ struct FetchOptions {
     int attempts = 5;                // transfers tried before giving up (each resumes)
     int retry_delay_ms = 1000;       // before the second attempt; doubles after each failure
     int stall_seconds = 60;          // a transfer slower than 1 byte/s this long is retried
+    std::string bearer_token;        // sent as "Authorization: Bearer" to the URL's host (not to redirects elsewhere)
     // Called as bytes arrive (have, total; total 0 while unknown); returning false stops the
     // fetch with Error, keeping the part for a resume.
     std::function<bool(uint64_t have, uint64_t total)> on_progress;

@@ -169,6 +169,11 @@ Outcome transfer(const std::string& url, const fs::path& part, const FetchOption
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(nullptr, curl_slist_free_all);
+    if (!options.bearer_token.empty()) {  // libcurl drops it on a redirect to another host
+        headers.reset(curl_slist_append(nullptr, ("Authorization: Bearer " + options.bearer_token).c_str()));
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+    }
     const std::string range = std::to_string(t.start) + "-";
     if (t.start > 0) curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
     const CURLcode rc = curl_easy_perform(c);

@@ -23,6 +23,7 @@ namespace df::test {
 struct HttpRequest {
     std::string path;
     std::optional<uint64_t> range_from;  // "Range: bytes=N-"
+    std::string authorization;           // the Authorization header's value
 };
 
 struct HttpReply {
@@ -75,6 +76,8 @@ private:
             if (sp != std::string::npos) req.path = head.substr(sp + 1, head.find(' ', sp + 1) - sp - 1);
             if (const size_t r = head.find("Range: bytes="); r != std::string::npos)
                 req.range_from = std::stoull(head.substr(r + 13));
+            if (const size_t h = head.find("Authorization: "); h != std::string::npos)
+                req.authorization = head.substr(h + 15, head.find("\r\n", h) - h - 15);
             {
                 std::lock_guard lock(mu_);
                 log_.push_back(req);

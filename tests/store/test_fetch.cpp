@@ -154,8 +154,9 @@ TEST_F(Fetch, ARangeThatStartsElsewhereIsNotAppended) {
     write_file(part(), blob_.substr(0, 5000));
     MiniHttp http([&](const HttpRequest& r) {
         if (!r.range_from) return df::test::serve_range(r, blob_);
-        HttpReply rep = df::test::serve_range(HttpRequest{r.path, uint64_t{4000}}, blob_);  // off by 1000
-        return rep;
+        HttpRequest off = r;
+        off.range_from = 4000;  // 1000 bytes before the part's end
+        return df::test::serve_range(off, blob_);
     });
     store::fetch(http.url("/m.gguf"), dest().string(), with_sha(sha_), quick());
     EXPECT_EQ(slurp(dest()), blob_);
@@ -262,6 +263,22 @@ TEST_F(Fetch, StoppedByTheCallerKeepsThePart) {
     EXPECT_FALSE(fs::exists(dest()));
     EXPECT_TRUE(fs::exists(part()));
     EXPECT_GT(fs::file_size(part()), 0u);
+}
+
+TEST_F(Fetch, ATokenIsSentAsBearerAuthorization) {
+    MiniHttp http([&](const HttpRequest& r) {
+        if (r.authorization != "Bearer hf_secret") {
+            HttpReply no;
+            no.status = 401;
+            return no;
+        }
+        return df::test::serve_range(r, blob_);
+    });
+    EXPECT_THROW(store::fetch(http.url("/m.gguf"), dest().string(), {}, quick()), diskformer::Error);
+    auto o = quick();
+    o.bearer_token = "hf_secret";
+    store::fetch(http.url("/m.gguf"), dest().string(), with_sha(sha_), o);
+    EXPECT_EQ(slurp(dest()), blob_);
 }
 
 TEST_F(Fetch, AMalformedRequestIsRefusedBeforeAnyTransfer) {

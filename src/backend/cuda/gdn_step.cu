@@ -145,8 +145,9 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
     // Every block of key head kh has read its old q/k conv state once it has passed the barrier
     // above; the last of them writes the new one (identical in all) at its end. The count is a
     // release atomic (the barrier orders the block's reads before it; a fence would also acquire,
-    // and its L1 invalidation would drop the block's cached loads), and its result is not needed
-    // before the end.
+    // and its L1 invalidation would drop the block's cached loads) by a thread that has stored
+    // nothing to global memory (the release does not wait), and its result is not needed before
+    // the end.
     const bool counter_thread = tid == kStepThreads - 1;
     unsigned prev = 0;
     if (counter_thread) prev = atomic_add_release_gpu(a.counters + kh, 1u);
