@@ -3,6 +3,11 @@
 #
 #   scripts/device.sh pack            here: build test_cuda + diskformer (sm_90) and pack them,
 #                                     with the extra golden models, into .carry/ (ignored)
+#   scripts/device.sh variant PATCH NAME [tests]
+#                                     here: build main with PATCH applied (then reverted) and add its
+#                                     diskformer (and test_cuda with "tests") to .carry/variants.tar.xz
+#                                     as NAME/; `run` unpacks it to /tmp/dfvar, for A/B runs with
+#                                     scripts/ab_decode.sh PRESET N "-" "BIN=/tmp/dfvar/NAME/diskformer"
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
 #        phases: info tests sanitize golden eval bench-kernels profile bench-models step-profile prefill-profile
 #                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
@@ -49,11 +54,37 @@ pack() {
     du -sh .carry
 }
 
+variant() {
+    set -e
+    local patch=$1 name=$2 with_tests=${3:-}
+    [ -f "$patch" ] && [ -n "$name" ] || { echo "usage: scripts/device.sh variant PATCH NAME [tests]" >&2; exit 2; }
+    git apply --check "$patch"
+    git apply "$patch"
+    trap "git apply -R '$patch'" EXIT  # main's sources back whatever happens (expanded now: a local)
+    local targets=(diskformer)
+    [ "$with_tests" = tests ] && targets+=(test_cuda)
+    cmake --build build-cuda -j2 --target "${targets[@]}"
+    local tmp
+    tmp=$(mktemp -d)
+    [ -f .carry/variants.tar.xz ] && tar xJf .carry/variants.tar.xz -C "$tmp"
+    rm -rf "${tmp:?}/$name"
+    mkdir -p "$tmp/$name"
+    cp build-cuda/app/diskformer "$tmp/$name/"
+    [ "$with_tests" = tests ] && cp build-cuda/tests/test_cuda "$tmp/$name/"
+    strip "$tmp/$name"/*
+    XZ_OPT=-6 tar cJf .carry/variants.tar.xz -C "$tmp" .
+    rm -rf "$tmp"
+    tar tJf .carry/variants.tar.xz | grep -v '/$'
+    du -h .carry/variants.tar.xz
+}
+
 run() {
     local phases=${1:-info,tests,golden,eval,bench-kernels,bench-models}
     local out=${OUT:-/tmp/df-out}
     mkdir -p "$out" /tmp/dfbin
-    tar xJf .carry/bins.tar.xz -C /tmp/dfbin
+    # Without bins.tar.xz the binaries already in /tmp/dfbin run (e.g. a variant's, copied there).
+    [ -f .carry/bins.tar.xz ] && tar xJf .carry/bins.tar.xz -C /tmp/dfbin
+    if [ -f .carry/variants.tar.xz ]; then mkdir -p /tmp/dfvar && tar xJf .carry/variants.tar.xz -C /tmp/dfvar; fi
     # The binaries look for golden data at the paths of the build machine.
     mkdir -p /work /work/shared/golden/models
     [ -e /work/main ] || ln -s "$ROOT" /work/main
@@ -183,6 +214,7 @@ PY
 
 case "${1:-}" in
     pack) pack ;;
+    variant) variant "${2:-}" "${3:-}" "${4:-}" ;;
     run) run "${2:-}" ;;
-    *) echo "usage: scripts/device.sh pack | run [phases]" >&2; exit 2 ;;
+    *) echo "usage: scripts/device.sh pack | variant PATCH NAME [tests] | run [phases]" >&2; exit 2 ;;
 esac
