@@ -56,7 +56,7 @@ void run_pull(const PullArgs& a) {
     o.on_progress = [&](uint64_t have, uint64_t total) {
         if (g_stop) return false;
         const auto now = std::chrono::steady_clock::now();
-        if (first_have == ~uint64_t{0}) first_have = have;
+        if (have < first_have) first_have = have;  // the first call, or a server that starts over
         if (tty && now - last > std::chrono::milliseconds(200)) {
             last = now;
             const double s = std::chrono::duration<double>(now - t0).count();

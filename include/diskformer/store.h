@@ -28,8 +28,8 @@ struct FetchOptions {
     int retry_delay_ms = 1000;       // before the second attempt; doubles after each failure
     int stall_seconds = 60;          // a transfer slower than 1 byte/s this long is retried
     std::string bearer_token;        // sent as "Authorization: Bearer" to the URL's host (not to redirects elsewhere)
-    // Called as bytes arrive (have, total; total 0 while unknown); returning false stops the
-    // fetch with Error, keeping the part for a resume.
+    // Called while a transfer runs, as bytes arrive and at least once a second (have, total;
+    // total 0 while unknown); returning false stops the fetch with Error, keeping the part.
     std::function<bool(uint64_t have, uint64_t total)> on_progress;
 };
 

@@ -128,7 +128,7 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
 
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
     auto& t = *static_cast<Transfer*>(user);
-    if (t.options->on_progress && t.body_started && !t.options->on_progress(t.have, t.total)) {
+    if (t.options->on_progress && !t.options->on_progress(t.have, t.total)) {
         t.aborted = true;
         return 1;
     }
