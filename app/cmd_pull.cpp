@@ -3,8 +3,8 @@
 //   diskformer pull https://host/path/Model-Q8_0.gguf [-o FILE] [--sha256 HEX] [--size BYTES]
 //
 // Progress goes to stderr (a live line on a terminal); Ctrl-C stops and keeps `FILE.part`, so
-// running the same command again resumes. HF_TOKEN, when set, authorizes huggingface.co URLs. The last stdout line names the file, its size and
-// sha256 (to pin it next time).
+// running the same command again resumes. HF_TOKEN, when set, authorizes huggingface.co URLs.
+// The last stdout line names the file, its size and sha256 (to pin it next time).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 

@@ -5,8 +5,8 @@
 // A file appears at its path only complete and checked: bytes arrive in `<path>.part`, an
 // interrupted transfer resumes from there (HTTP Range) on the next attempt or the next call, and
 // the part is renamed into place once its size (the expected one, else the server's) and, when
-// given, its sha256 match. A wrong size or digest removes the part and throws Error; so does an
-// HTTP error (the part is kept: it is still good for a later resume).
+// given, its sha256 match. A wrong size or digest removes the part and throws Error; an HTTP
+// error throws too (a part that holds bytes is kept: it is still good for a later resume).
 #pragma once
 
 #include <cstdint>
