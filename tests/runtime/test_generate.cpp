@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -416,3 +417,29 @@ TEST(Chat, UserTextCannotInjectControlTokens) {
 }
 
 }  // namespace
+
+TEST_P(Generate, VerifySizedPassesEqualStepsBitForBit) {
+    // A pass of up to 8 tokens (a speculative verify) gives each token the bits one-token steps
+    // give it (DESIGN.md: T <= 8 sums in one order whatever T), so greedy speculation is exact.
+    // Above 8 the prompt path's GEMM and chunked forms sum in other orders.
+    const auto prompt = prompt_of(GetParam());
+    for (int T : {2, 5, 8}) {
+        dfm::Session a(model(GetParam()), {.ctx = 256});
+        a.append(prompt);
+        std::vector<int32_t> next;
+        std::vector<std::vector<float>> rows;
+        int32_t t = a.argmax();
+        for (int i = 0; i < T; ++i) {
+            next.push_back(t);
+            t = a.step(t);
+            rows.push_back(a.logits());
+        }
+        dfm::Session b(model(GetParam()), {.ctx = 256});
+        b.append(prompt);
+        const size_t V = rows[0].size();
+        std::vector<float> all(next.size() * V);
+        b.append(next, all.data());
+        for (size_t i = 0; i < rows.size(); ++i)
+            EXPECT_EQ(std::memcmp(rows[i].data(), all.data() + i * V, V * sizeof(float)), 0) << "T " << T << ", token " << i;
+    }
+}
