@@ -230,7 +230,8 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
     std::string last_error;
     bool complete = false;
     int delay_ms = options.retry_delay_ms;
-    for (int attempt = 0; attempt < std::max(1, options.attempts) && !complete; ++attempt) {
+    const int attempts = std::max(1, options.attempts);
+    for (int attempt = 0; attempt < attempts && !complete; ++attempt) {
         if (attempt > 0) {
             std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
             delay_ms *= 2;
@@ -250,7 +251,7 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
         if (o == Outcome::restart) fs::remove(part);
     }
     if (!complete)
-        throw Error("fetching " + url + " failed after " + std::to_string(std::max(1, options.attempts)) + " attempts (" +
+        throw Error("fetching " + url + " failed after " + std::to_string(attempts) + " attempts (" +
                     last_error + "); " + part.string() + " keeps " + std::to_string(file_size_or_zero(part)) +
                     " bytes for a resume");
 

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/mini_http.h"
+#include "common/run_cli.h"
 #include "diskformer/store.h"
 
 namespace {
@@ -17,17 +18,13 @@ namespace store = diskformer::store;
 using df::test::HttpReply;
 using df::test::HttpRequest;
 using df::test::MiniHttp;
+using df::test::slurp;
 
 std::string make_blob(size_t n, uint32_t seed) {
     std::mt19937 rng(seed);
     std::string s(n, '\0');
     for (auto& c : s) c = static_cast<char>(rng());
     return s;
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), {}};
 }
 
 void write_file(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
