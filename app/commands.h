@@ -13,3 +13,4 @@ void register_bench(CLI::App& app);
 void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_pull(CLI::App& app);
+void register_serve(CLI::App& app);

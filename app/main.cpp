@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     register_synth(app);
     register_bench(app);
     register_pull(app);
+    register_serve(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

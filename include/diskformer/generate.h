@@ -110,6 +110,15 @@ struct ChatMessage {
     std::string reasoning;  // assistant thinking, when there was any
 };
 
+// The tokens of a whole conversation in Qwen's chat format (as the model's own template renders
+// it), ending with the assistant's turn opened (add_generation_prompt) in the given thinking
+// mode. Roles: "system" (first message only), "user", "assistant", "tool". An assistant
+// message's reasoning (or a "<think>…</think>" block at the start of its content) is dropped
+// before the last user message, as Qwen's template does. Message text is never parsed for
+// control tokens. Throws Error for an unknown role or a model without Qwen's chat tokens.
+std::vector<int32_t> chat_prompt(const Model& model, std::span<const ChatMessage> messages,
+                                 Thinking thinking = Thinking::automatic, bool add_generation_prompt = true);
+
 class Chat {
 public:
     // The session must outlive the chat; the chat owns what it caches from then on.

@@ -1,4 +1,5 @@
 // Chat: Qwen chat prompts over one Session, keeping the cache a prefix of the next prompt.
+#include <optional>
 #include <string>
 
 #include "diskformer/generate.h"
@@ -16,14 +17,14 @@ const tk::Tokenizer& tokenizer_of(const Session& s) {
     return *mi.tokenizer;
 }
 
-tk::ChatOptions render_options(const Session& s, Thinking t) {
+tk::ChatOptions render_options(const Model& m, Thinking t) {
     tk::ChatOptions o;
     switch (t) {
         case Thinking::on: o.thinking = tk::Thinking::on; break;
         case Thinking::off: o.thinking = tk::Thinking::off; break;
         case Thinking::automatic:
             // Qwen3.5's template opens the think block; Qwen3's leaves it to the model.
-            o.thinking = s.model().info().arch == "qwen35" ? tk::Thinking::on : tk::Thinking::unset;
+            o.thinking = m.info().arch == "qwen35" ? tk::Thinking::on : tk::Thinking::unset;
             break;
     }
     return o;
@@ -37,12 +38,30 @@ std::vector<int32_t> encode(const tk::Tokenizer& tok, std::vector<tk::ChatMessag
     }
 }
 
+void require_chat_tokens(const tk::Tokenizer& tok) {
+    if (tok.find("<|im_start|>") < 0 || tok.find("<|im_end|>") < 0)
+        throw Error("the model's vocabulary has no <|im_start|>/<|im_end|> tokens: chat needs Qwen's chat format");
+}
+
 }  // namespace
+
+std::vector<int32_t> chat_prompt(const Model& model, std::span<const ChatMessage> messages, Thinking thinking,
+                                 bool add_generation_prompt) {
+    const auto& mi = model.impl();
+    if (!mi.tokenizer) throw Error("this model has no usable tokenizer: " + mi.tokenizer_error);
+    require_chat_tokens(*mi.tokenizer);
+    tk::ChatOptions o = render_options(model, thinking);
+    o.add_generation_prompt = add_generation_prompt;
+    std::vector<tk::ChatMessage> msgs;
+    msgs.reserve(messages.size());
+    for (const auto& m : messages)
+        msgs.push_back({m.role, m.content, m.reasoning.empty() ? std::nullopt : std::optional<std::string>(m.reasoning)});
+    return encode(*mi.tokenizer, std::move(msgs), o);
+}
 
 Chat::Chat(Session& session, ChatOptions options) : session_(&session), options_(std::move(options)) {
     const auto& tok = tokenizer_of(session);
-    if (tok.find("<|im_start|>") < 0 || tok.find("<|im_end|>") < 0)
-        throw Error("the model's vocabulary has no <|im_start|>/<|im_end|> tokens: chat needs Qwen's chat format");
+    require_chat_tokens(tok);
     if (auto w = tk::check_chat_template(tok.chat_template())) template_warning_ = *w;
     reset();
 }
@@ -62,7 +81,7 @@ void Chat::set_thinking(Thinking thinking) { options_.thinking = thinking; }
 
 std::vector<int32_t> Chat::prompt_for(std::string_view user_text) const {
     const auto& tok = tokenizer_of(*session_);
-    const tk::ChatOptions o = render_options(*session_, options_.thinking);
+    const tk::ChatOptions o = render_options(session_->model(), options_.thinking);
     tk::ChatMessage user{"user", std::string(user_text), std::nullopt};
     if (options_.keep_reasoning) {
         // The conversation's exact tokens, then this turn. Turns meet at "<|im_end|>\n" before

@@ -1,0 +1,101 @@
+// diskformer serve: the OpenAI-compatible HTTP server (server/server.h) from the command line.
+// SIGINT / SIGTERM stop it cleanly: a thread waits for them (blocked everywhere else), so the
+// stop runs outside a signal handler.
+#include <CLI/CLI.hpp>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "server/server.h"
+
+namespace {
+
+struct ServeArgs {
+    ModelArgs model;
+    df::server::ServerOptions server;
+    int max_tokens = -1;
+    float temperature = 0, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1, presence_penalty = 0;
+    int top_k = 40, repeat_last_n = 64;
+};
+
+void serve(ServeArgs& a) {
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: all inherit it
+
+    auto& o = a.server;
+    if (o.model_id.empty()) o.model_id = std::filesystem::path(a.model.path).stem().string();
+    if (o.api_key.empty())
+        if (const char* k = std::getenv("DISKFORMER_API_KEY")) o.api_key = k;
+    o.session = a.model.session_options();
+    o.defaults.max_tokens = a.max_tokens;
+    o.defaults.temperature = a.temperature;
+    o.defaults.top_k = a.top_k;
+    o.defaults.top_p = a.top_p;
+    o.defaults.min_p = a.min_p;
+    o.defaults.repeat_penalty = a.repeat_penalty;
+    o.defaults.presence_penalty = a.presence_penalty;
+    o.defaults.penalty_window = a.repeat_last_n;
+
+    auto model = diskformer::Model::load(a.model.path, a.model.model_options());
+    df::server::Server server(model, o);
+    const int port = server.bind();
+    const auto& info = model->info();
+    std::fprintf(stderr, "serving %s (%s, %s backend, %d slot%s of %d tokens) on http://%s:%d/v1%s\n", o.model_id.c_str(),
+                 info.arch.c_str(), info.backend.c_str(), o.slots, o.slots == 1 ? "" : "s", server.n_ctx(), o.host.c_str(), port,
+                 o.api_key.empty() ? "" : " (API key required)");
+    std::atomic<bool> returned{false};
+    std::thread waiter([&server, &returned, stop_signals] {
+        int sig = 0;
+        sigwait(&stop_signals, &sig);
+        if (returned) return;
+        std::fprintf(stderr, "stopping (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        server.stop();
+    });
+    server.run();
+    // run() also returns if the listener fails: wake the waiter (a no-op if a signal did).
+    returned = true;
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+    auto a = std::make_shared<ServeArgs>();
+    auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)");
+    a->model.add_to(*cmd);
+    auto& s = a->server;
+    cmd->add_option("--host", s.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
+    cmd->add_option("--port", s.port, "TCP port (0: any free one)")->capture_default_str()->check(CLI::Range(0, 65535));
+    cmd->add_option("--slots", s.slots, "conversations kept cached at once (each a KV cache of --ctx tokens)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--alias", s.model_id, "the model's name in the API (default: the file name)");
+    cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (default: $DISKFORMER_API_KEY; none)");
+    cmd->add_flag("!--no-log", s.log, "do not print a line per request");
+    // Defaults for the fields a request leaves out.
+    cmd->add_option("-n,--max-tokens", a->max_tokens, "default max_tokens (-1: until an end token or a full context)")
+        ->check(CLI::Range(-1, 1 << 30));
+    cmd->add_option("--temp", a->temperature, "default temperature (0: greedy)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-k", a->top_k, "default top_k (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-p", a->top_p, "default top_p")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+    cmd->add_option("--min-p", a->min_p, "default min_p")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+    cmd->add_option("--repeat-penalty", a->repeat_penalty, "default repeat_penalty (1: off)")->check(CLI::PositiveNumber);
+    cmd->add_option("--presence-penalty", a->presence_penalty, "default presence_penalty");
+    cmd->add_option("--repeat-last-n", a->repeat_last_n, "how many recent tokens the penalties see")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->callback([a] { serve(*a); });
+}

@@ -1,0 +1,341 @@
+// OpenAI request parsing and response shapes (openai.h).
+#include "server/openai.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace df::server {
+namespace {
+
+using diskformer::StopReason;
+
+[[noreturn]] void bad(const std::string& message, const std::string& param = {}) { throw ApiError(400, message, param); }
+
+const char* kind_of(const Json& v) {
+    switch (v.type()) {
+        case Json::value_t::null: return "null";
+        case Json::value_t::boolean: return "a boolean";
+        case Json::value_t::string: return "a string";
+        case Json::value_t::array: return "an array";
+        case Json::value_t::object: return "an object";
+        default: return "a number";
+    }
+}
+
+// The field, or nullptr when absent or null (OpenAI's clients send null for "not given").
+const Json* field(const Json& body, const char* name) {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const Json& v, const char* name) {
+    if (!v.is_number()) bad(std::string(name) + " must be a number, got " + kind_of(v), name);
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) bad(std::string(name) + " must be finite", name);
+    return d;
+}
+
+int64_t integer(const Json& v, const char* name) {
+    if (!v.is_number_integer() && !(v.is_number_float() && std::nearbyint(v.get<double>()) == v.get<double>()))
+        bad(std::string(name) + " must be an integer, got " + (v.is_number() ? v.dump() : kind_of(v)), name);
+    if (v.is_number_unsigned()) {
+        const uint64_t u = v.get<uint64_t>();
+        if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) bad(std::string(name) + " is too large", name);
+        return static_cast<int64_t>(u);
+    }
+    if (v.is_number_float()) {
+        const double d = v.get<double>();
+        if (std::fabs(d) > 9.0e18) bad(std::string(name) + " is too large", name);
+        return static_cast<int64_t>(d);
+    }
+    return v.get<int64_t>();
+}
+
+bool boolean(const Json& v, const char* name) {
+    if (!v.is_boolean()) bad(std::string(name) + " must be true or false, got " + kind_of(v), name);
+    return v.get<bool>();
+}
+
+void range(double v, double lo, double hi, bool lo_open, const char* name, const char* what) {
+    if (v < lo || v > hi || (lo_open && v == lo)) bad(std::string(name) + " must be " + what + ", got " + Json(v).dump(), name);
+}
+
+// A feature that would change the answer: refused unless absent, null or its neutral value.
+void refuse_unless(bool neutral, const char* name, const std::string& why) {
+    if (!neutral) bad(std::string(name) + ": " + why, name);
+}
+
+// The options both endpoints share.
+void parse_common(const Json& body, Request& r, const diskformer::GenerateOptions& defaults) {
+    r.gen = defaults;
+    r.gen.abort = nullptr;
+    if (const Json* v = field(body, "stream")) r.stream = boolean(*v, "stream");
+    if (const Json* v = field(body, "stream_options")) {
+        if (!v->is_object()) bad(std::string("stream_options must be an object, got ") + kind_of(*v), "stream_options");
+        if (const Json* u = field(*v, "include_usage")) r.include_usage = boolean(*u, "stream_options.include_usage");
+    }
+    // max_completion_tokens is the newer name; either bounds the answer.
+    for (const char* name : {"max_tokens", "max_completion_tokens"})
+        if (const Json* v = field(body, name)) {
+            const int64_t n = integer(*v, name);
+            if (n < 1) bad(std::string(name) + " must be at least 1, got " + std::to_string(n), name);
+            r.gen.max_tokens = static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
+        }
+    if (const Json* v = field(body, "temperature")) {
+        r.gen.temperature = static_cast<float>(number(*v, "temperature"));
+        range(r.gen.temperature, 0, 100, false, "temperature", "between 0 (greedy) and 100");
+    }
+    if (const Json* v = field(body, "top_p")) {
+        r.gen.top_p = static_cast<float>(number(*v, "top_p"));
+        range(r.gen.top_p, 0, 1, true, "top_p", "in (0, 1]");
+    }
+    if (const Json* v = field(body, "top_k")) {
+        const int64_t k = integer(*v, "top_k");
+        if (k < 0) bad("top_k must be 0 (all) or positive, got " + std::to_string(k), "top_k");
+        r.gen.top_k = static_cast<int>(std::min<int64_t>(k, std::numeric_limits<int>::max()));
+    }
+    if (const Json* v = field(body, "min_p")) {
+        r.gen.min_p = static_cast<float>(number(*v, "min_p"));
+        if (!(r.gen.min_p >= 0 && r.gen.min_p < 1)) bad("min_p must be in [0, 1), got " + v->dump(), "min_p");
+    }
+    if (const Json* v = field(body, "presence_penalty")) {
+        r.gen.presence_penalty = static_cast<float>(number(*v, "presence_penalty"));
+        range(r.gen.presence_penalty, -2, 2, false, "presence_penalty", "between -2 and 2");
+    }
+    if (const Json* v = field(body, "repeat_penalty")) {
+        r.gen.repeat_penalty = static_cast<float>(number(*v, "repeat_penalty"));
+        range(r.gen.repeat_penalty, 0, 100, true, "repeat_penalty", "positive (1: off)");
+    }
+    if (const Json* v = field(body, "frequency_penalty"))
+        refuse_unless(number(*v, "frequency_penalty") == 0, "frequency_penalty",
+                      "not supported (use presence_penalty or repeat_penalty)");
+    if (const Json* v = field(body, "seed")) {
+        r.gen.seed = static_cast<uint64_t>(integer(*v, "seed"));
+    } else {
+        // Each request without a seed samples afresh, as clients expect of a server.
+        std::random_device rd;
+        r.gen.seed = rd() ^ (uint64_t{rd()} << 32);
+    }
+    if (const Json* v = field(body, "stop")) {
+        r.gen.stop.clear();
+        auto add = [&](const Json& s) {
+            if (!s.is_string()) bad(std::string("stop must be a string or an array of strings, found ") + kind_of(s), "stop");
+            if (s.get_ref<const std::string&>().empty()) bad("stop strings must not be empty", "stop");
+            r.gen.stop.push_back(s.get<std::string>());
+        };
+        if (v->is_array())
+            for (const auto& s : *v) add(s);
+        else
+            add(*v);
+    }
+    if (const Json* v = field(body, "n")) refuse_unless(integer(*v, "n") == 1, "n", "only one choice per request is supported");
+    if (const Json* v = field(body, "best_of")) refuse_unless(integer(*v, "best_of") == 1, "best_of", "not supported");
+    if (const Json* v = field(body, "logit_bias"))
+        refuse_unless(v->is_object() && v->empty(), "logit_bias", "not supported");
+}
+
+std::string text_content(const Json& content, size_t i) {
+    const std::string param = "messages[" + std::to_string(i) + "].content";
+    if (content.is_string()) return content.get<std::string>();
+    if (content.is_null()) return {};
+    if (!content.is_array()) bad(param + " must be a string or an array of text parts, got " + kind_of(content), param);
+    std::string text;
+    for (const auto& part : content) {
+        const Json* type = part.is_object() ? field(part, "type") : nullptr;
+        if (!type || !type->is_string()) bad(param + ": each part must be an object with a \"type\"", param);
+        if (*type != "text") bad(param + ": only text parts are supported, found \"" + type->get<std::string>() + "\"", param);
+        const Json* t = field(part, "text");
+        if (!t || !t->is_string()) bad(param + ": a text part needs a string \"text\"", param);
+        text += t->get<std::string>();
+    }
+    return text;
+}
+
+Json base(const Meta& meta, const char* object) {
+    return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+const char* chunk_object(const Request& req) { return req.chat ? "chat.completion.chunk" : "text_completion"; }
+
+}  // namespace
+
+ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_)
+    : std::runtime_error(message), status(status_), param(std::move(param_)), code(std::move(code_)) {}
+
+std::string ApiError::type() const {
+    switch (status) {
+        case 401: return "authentication_error";
+        case 404: return "not_found_error";
+        case 503: return "server_busy_error";
+        default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+Json ApiError::body() const {
+    return {{"error",
+             {{"message", what()},
+              {"type", type()},
+              {"param", param.empty() ? Json(nullptr) : Json(param)},
+              {"code", code.empty() ? Json(nullptr) : Json(code)}}}};
+}
+
+Json parse_body(std::string_view text) {
+    Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) bad("the request body is not valid JSON");
+    if (!body.is_object()) bad(std::string("the request body must be a JSON object, got ") + kind_of(body));
+    return body;
+}
+
+Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& defaults) {
+    Request r;
+    r.chat = true;
+    const Json* msgs = field(body, "messages");
+    if (!msgs) bad("messages is required", "messages");
+    if (!msgs->is_array() || msgs->empty()) bad("messages must be a non-empty array", "messages");
+    for (size_t i = 0; i < msgs->size(); ++i) {
+        const Json& m = (*msgs)[i];
+        const std::string at = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) bad(at + " must be an object", at);
+        const Json* role = field(m, "role");
+        if (!role || !role->is_string()) bad(at + ".role must be a string", at + ".role");
+        std::string r_role = role->get<std::string>();
+        if (r_role == "developer") r_role = "system";  // OpenAI's newer name for it
+        if (r_role != "system" && r_role != "user" && r_role != "assistant" && r_role != "tool")
+            bad(at + ".role must be system, developer, user, assistant or tool, got \"" + r_role + "\"", at + ".role");
+        diskformer::ChatMessage cm{r_role, text_content(m.contains("content") ? m["content"] : Json(), i), {}};
+        if (r_role == "assistant") {
+            if (const Json* tc = field(m, "tool_calls"))
+                refuse_unless(tc->is_array() && tc->empty(), (at + ".tool_calls").c_str(), "tool calls are not supported");
+            if (const Json* rc = field(m, "reasoning_content")) {
+                if (!rc->is_string()) bad(at + ".reasoning_content must be a string", at + ".reasoning_content");
+                cm.reasoning = rc->get<std::string>();
+            }
+        }
+        r.messages.push_back(std::move(cm));
+    }
+    parse_common(body, r, defaults);
+    if (const Json* v = field(body, "tools")) refuse_unless(v->is_array() && v->empty(), "tools", "tool calling is not supported");
+    if (const Json* v = field(body, "tool_choice")) refuse_unless(*v == "none" || *v == "auto", "tool_choice", "tool calling is not supported");
+    if (const Json* v = field(body, "logprobs")) refuse_unless(!boolean(*v, "logprobs"), "logprobs", "not supported");
+    if (const Json* v = field(body, "top_logprobs")) refuse_unless(integer(*v, "top_logprobs") == 0, "top_logprobs", "not supported");
+    if (const Json* v = field(body, "response_format"))
+        refuse_unless(v->is_object() && v->value("type", "") == "text", "response_format", "only {\"type\": \"text\"} is supported");
+    if (const Json* k = field(body, "chat_template_kwargs")) {
+        if (!k->is_object()) bad("chat_template_kwargs must be an object", "chat_template_kwargs");
+        if (const Json* t = field(*k, "enable_thinking"))
+            r.thinking = boolean(*t, "chat_template_kwargs.enable_thinking") ? diskformer::Thinking::on : diskformer::Thinking::off;
+    }
+    return r;
+}
+
+Request parse_completion_request(const Json& body, const diskformer::GenerateOptions& defaults) {
+    Request r;
+    r.chat = false;
+    const Json* p = field(body, "prompt");
+    if (!p) bad("prompt is required", "prompt");
+    if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
+    if (!p->is_string()) bad("prompt must be a string (or an array of one string)", "prompt");
+    r.prompt = p->get<std::string>();
+    if (r.prompt.empty()) bad("prompt must not be empty", "prompt");
+    parse_common(body, r, defaults);
+    if (const Json* v = field(body, "echo")) refuse_unless(!boolean(*v, "echo"), "echo", "not supported");
+    if (const Json* v = field(body, "suffix")) refuse_unless(v->is_string() && v->get_ref<const std::string&>().empty(), "suffix", "not supported");
+    if (const Json* v = field(body, "logprobs")) refuse_unless(integer(*v, "logprobs") == 0, "logprobs", "not supported");
+    return r;
+}
+
+const char* finish_reason(StopReason reason) {
+    switch (reason) {
+        case StopReason::max_tokens:
+        case StopReason::context_full: return "length";
+        default: return "stop";
+    }
+}
+
+Json usage_json(const diskformer::GenerateStats& s) {
+    return {{"prompt_tokens", s.prompt_tokens},
+            {"completion_tokens", s.generated_tokens},
+            {"total_tokens", s.prompt_tokens + s.generated_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", s.reused_tokens}}}};
+}
+
+Json timings_json(const diskformer::GenerateStats& s) {
+    return {{"cache_n", s.reused_tokens},
+            {"prompt_n", s.prompt_tokens - s.reused_tokens},
+            {"prompt_ms", s.prefill_ms},
+            {"prompt_per_second", s.prefill_tok_s()},
+            {"predicted_n", s.generated_tokens},
+            {"predicted_ms", s.decode_ms},
+            {"predicted_per_second", s.decode_tok_s()},
+            {"ttft_ms", s.ttft_ms}};
+}
+
+Json response_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& res) {
+    Json choice = {{"index", 0}, {"finish_reason", finish_reason(res.stop)}};
+    if (req.chat) {
+        Json msg = {{"role", "assistant"}, {"content", res.text}};
+        if (!res.reasoning.empty()) msg["reasoning_content"] = res.reasoning;
+        choice["message"] = std::move(msg);
+        choice["logprobs"] = nullptr;
+    } else {
+        choice["text"] = res.text;
+        if (!res.reasoning.empty()) choice["reasoning_content"] = res.reasoning;
+        choice["logprobs"] = nullptr;
+    }
+    Json out = base(meta, req.chat ? "chat.completion" : "text_completion");
+    out["choices"] = Json::array({std::move(choice)});
+    out["usage"] = usage_json(res.stats);
+    out["timings"] = timings_json(res.stats);
+    return out;
+}
+
+Json open_chunk(const Request& req, const Meta& meta) {
+    Json out = base(meta, chunk_object(req));
+    Json choice = {{"index", 0}, {"finish_reason", nullptr}};
+    if (req.chat)
+        choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+    else
+        choice["text"] = "";
+    out["choices"] = Json::array({std::move(choice)});
+    return out;
+}
+
+Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part) {
+    const char* key = part == diskformer::Part::reasoning ? "reasoning_content" : req.chat ? "content" : "text";
+    Json choice = {{"index", 0}, {"finish_reason", nullptr}};
+    if (req.chat)
+        choice["delta"] = {{key, std::string(text)}};
+    else
+        choice[key] = std::string(text);
+    Json out = base(meta, chunk_object(req));
+    out["choices"] = Json::array({std::move(choice)});
+    return out;
+}
+
+Json finish_chunk(const Request& req, const Meta& meta, StopReason reason) {
+    Json choice = {{"index", 0}, {"finish_reason", finish_reason(reason)}};
+    if (req.chat)
+        choice["delta"] = Json::object();
+    else
+        choice["text"] = "";
+    Json out = base(meta, chunk_object(req));
+    out["choices"] = Json::array({std::move(choice)});
+    return out;
+}
+
+Json usage_chunk(const Request& req, const Meta& meta, const diskformer::GenerateStats& stats) {
+    Json out = base(meta, chunk_object(req));
+    out["choices"] = Json::array();
+    out["usage"] = usage_json(stats);
+    out["timings"] = timings_json(stats);
+    return out;
+}
+
+std::string sse(const Json& event) {
+    // Invalid UTF-8 cannot reach here (the text stream emits whole characters, U+FFFD for a
+    // broken tail), but a dump must never throw mid-stream: replace rather than fail.
+    return "data: " + event.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+}  // namespace df::server

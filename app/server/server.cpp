@@ -1,0 +1,327 @@
+// The HTTP side of `diskformer serve` (server.h): routes, slots, streaming.
+#include "server/server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "server/openai.h"
+
+namespace df::server {
+namespace {
+
+using diskformer::Error;
+using diskformer::GenerateResult;
+using diskformer::Session;
+
+constexpr size_t kMaxBody = 64u << 20;  // request bodies (a long conversation is a few MB)
+
+int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void send_json(httplib::Response& res, int status, const Json& body) {
+    res.status = status;
+    res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.body()); }
+
+}  // namespace
+
+struct Server::Impl {
+    std::shared_ptr<diskformer::Model> model;
+    ServerOptions opt;
+    httplib::Server http;
+    bool hybrid = false;  // recurrent state: a cache is reusable only when the prompt extends it
+    int n_ctx = 0;
+
+    // One generation at a time: the backend evaluates one forward at a time.
+    std::mutex compute;
+    struct Slot {
+        std::unique_ptr<Session> session;
+        uint64_t used = 0;  // when it last served (a counter), for least-recently-used choice
+    };
+    std::vector<Slot> slots;
+    uint64_t uses = 0;
+
+    // The abort flag of the generation in progress, for stop().
+    std::mutex active_mu;
+    std::atomic<bool>* active = nullptr;
+    std::atomic<bool> stopping{false};
+    std::atomic<uint64_t> requests{0};
+    // Completion requests by outcome, for /health (monitoring, and the tests).
+    std::atomic<uint64_t> served{0}, aborted{0}, rejected{0}, failed{0};
+
+    Impl(std::shared_ptr<diskformer::Model> m, ServerOptions o) : model(std::move(m)), opt(std::move(o)) {
+        if (opt.slots < 1) throw Error("serve: --slots must be at least 1");
+        hybrid = model->info().arch == "qwen35";
+        for (int i = 0; i < opt.slots; ++i) slots.push_back({std::make_unique<Session>(model, opt.session), 0});
+        n_ctx = slots[0].session->n_ctx();
+        routes();
+    }
+
+    void log(const std::string& line) const {
+        if (opt.log) std::fprintf(stderr, "%s\n", line.c_str());
+    }
+
+    // Tokens the cache of `s` can give to `prompt` (set_prompt evaluates at least the last one).
+    size_t reusable(const Session& s, std::span<const int32_t> prompt) const {
+        const auto& cached = s.tokens();
+        size_t n = 0;
+        while (n < cached.size() && n < prompt.size() && cached[n] == prompt[n]) ++n;
+        if (hybrid && n < cached.size()) return 0;  // it would restart from token 0
+        return n;
+    }
+
+    // The slot whose cache gives most of the prompt, if that is at least half of it (a returning
+    // conversation); otherwise the least recently used one (an empty one first), so that a new
+    // conversation that merely shares a prefix does not take another's cache. Under `compute`.
+    Slot& pick(std::span<const int32_t> prompt) {
+        Slot* best = &slots[0];
+        size_t best_n = 0;
+        for (auto& s : slots)
+            if (const size_t n = reusable(*s.session, prompt); n > best_n) best = &s, best_n = n;
+        if (2 * best_n < prompt.size())
+            best = &*std::min_element(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.used < b.used; });
+        best->used = ++uses;
+        return *best;
+    }
+
+    std::vector<int32_t> prompt_tokens(const Request& r) const {
+        std::vector<int32_t> ids;
+        try {
+            ids = r.chat ? diskformer::chat_prompt(*model, r.messages, r.thinking) : model->tokenize(r.prompt, true);
+        } catch (const Error& e) {
+            throw ApiError(400, e.what(), r.chat ? "messages" : "prompt");
+        }
+        if (ids.empty()) throw ApiError(400, "the prompt is empty", r.chat ? "messages" : "prompt");
+        if (ids.size() > static_cast<size_t>(n_ctx))
+            throw ApiError(400,
+                           "the prompt has " + std::to_string(ids.size()) + " tokens but the context holds " +
+                               std::to_string(n_ctx) + " (start the server with a larger --ctx, or shorten the prompt)",
+                           r.chat ? "messages" : "prompt", "context_length_exceeded");
+        return ids;
+    }
+
+    // Runs one request on a slot, holding the model. `abort` ends it early (a client gone, stop()).
+    GenerateResult generate(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
+                            const diskformer::StreamCallback& on_piece) {
+        std::lock_guard lock(compute);
+        {
+            std::lock_guard a(active_mu);
+            if (stopping) abort = true;
+            active = &abort;
+        }
+        struct Clear {
+            Impl* s;
+            ~Clear() {
+                std::lock_guard a(s->active_mu);
+                s->active = nullptr;
+            }
+        } clear{this};
+        Slot& slot = pick(prompt);
+        diskformer::GenerateOptions o = r.gen;
+        o.abort = &abort;
+        try {
+            return diskformer::generate(*slot.session, prompt, o, on_piece);
+        } catch (...) {
+            slot.session->reset();  // whatever failed mid-pass, the next request starts clean
+            throw;
+        }
+    }
+
+    Meta meta(const Request& r) {
+        char id[32];
+        std::snprintf(id, sizeof id, "%s-%016llx", r.chat ? "chatcmpl" : "cmpl",
+                      static_cast<unsigned long long>(unix_now() * 1000003ull + requests.fetch_add(1)));
+        return {id, opt.model_id, unix_now()};
+    }
+
+    std::string summary(const Request& r, const GenerateResult& g) const {
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "%s 200 · prompt %lld (cached %lld) · %lld tokens · %.1f tok/s · %s%s",
+                      r.chat ? "/v1/chat/completions" : "/v1/completions", static_cast<long long>(g.stats.prompt_tokens),
+                      static_cast<long long>(g.stats.reused_tokens), static_cast<long long>(g.stats.generated_tokens),
+                      g.stats.decode_tok_s(), diskformer::to_string(g.stop), r.stream ? " · streamed" : "");
+        return buf;
+    }
+
+    void completion(const httplib::Request& http_req, httplib::Response& res, bool chat) {
+        const char* path = chat ? "/v1/chat/completions" : "/v1/completions";
+        try {
+            const Json body = parse_body(http_req.body);
+            auto r = std::make_shared<Request>(chat ? parse_chat_request(body, opt.defaults)
+                                                    : parse_completion_request(body, opt.defaults));
+            auto prompt = std::make_shared<std::vector<int32_t>>(prompt_tokens(*r));
+            const Meta m = meta(*r);
+            if (!r->stream) {
+                std::atomic<bool> abort{false};
+                const GenerateResult g = generate(*r, *prompt, abort, {});
+                if (stopping) {
+                    ++aborted;
+                    throw ApiError(503, "the server is shutting down");
+                }
+                send_json(res, 200, response_json(*r, m, g));
+                ++served;
+                log(summary(*r, g));
+                return;
+            }
+            res.set_header("Cache-Control", "no-cache");
+            res.set_chunked_content_provider("text/event-stream", [this, r, prompt, m](size_t, httplib::DataSink& sink) {
+                stream(*r, *prompt, m, sink);
+                return true;
+            });
+        } catch (const ApiError& e) {
+            if (e.status < 500) ++rejected;
+            send_error(res, e);
+            log(std::string(path) + " " + std::to_string(e.status) + " · " + e.what());
+        } catch (const std::exception& e) {
+            ++failed;
+            send_error(res, ApiError(500, e.what()));
+            log(std::string(path) + " 500 · " + e.what());
+        }
+    }
+
+    // Writes a request's events as they come; the headers are out, so failures become an error
+    // event. A write that fails (the client left) aborts the generation.
+    void stream(const Request& r, std::span<const int32_t> prompt, const Meta& m, httplib::DataSink& sink) {
+        std::atomic<bool> abort{false};
+        auto send = [&](const Json& event) {
+            if (abort) return;
+            const std::string s = sse(event);
+            if (!sink.write(s.data(), s.size())) abort = true;
+        };
+        send(open_chunk(r, m));
+        try {
+            const GenerateResult g = generate(r, prompt, abort, [&](const diskformer::Piece& p) {
+                if (!p.text.empty()) send(piece_chunk(r, m, p.text, p.part));
+            });
+            if (g.stop == diskformer::StopReason::aborted) {
+                ++aborted;
+                log(std::string(r.chat ? "/v1/chat/completions" : "/v1/completions") + " · stream ended early (" +
+                    (stopping ? "server stopping" : "client gone") + ") after " +
+                    std::to_string(g.stats.generated_tokens) + " tokens");
+                if (stopping) send(ApiError(503, "the server is shutting down").body());
+            } else {
+                ++served;
+                send(finish_chunk(r, m, g.stop));
+                if (r.include_usage) send(usage_chunk(r, m, g.stats));
+                log(summary(r, g));
+            }
+        } catch (const std::exception& e) {
+            ++failed;
+            send(ApiError(500, e.what()).body());
+            log(std::string(r.chat ? "/v1/chat/completions" : "/v1/completions") + " 500 (streaming) · " + e.what());
+        }
+        const std::string done = "data: [DONE]\n\n";
+        if (!abort) sink.write(done.data(), done.size());
+        sink.done();
+    }
+
+    void routes() {
+        http.set_payload_max_length(kMaxBody);
+        // Browsers (a local web UI) may call the API from another origin.
+        http.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+            res.set_header("Access-Control-Allow-Origin", "*");
+        });
+        http.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
+            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+            res.status = 204;
+        });
+        http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (opt.api_key.empty() || req.method == "OPTIONS" || req.path.rfind("/v1/", 0) != 0)
+                return httplib::Server::HandlerResponse::Unhandled;
+            if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
+                return httplib::Server::HandlerResponse::Unhandled;
+            send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer <key>)", {}, "invalid_api_key"));
+            log(req.method + " " + req.path + " 401");
+            return httplib::Server::HandlerResponse::Handled;
+        });
+        // Statuses httplib sets itself (no route, body too large) get an error body too.
+        http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty()) return;
+            const std::string what = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
+                                     : res.status == 413 ? "the request body is larger than " + std::to_string(kMaxBody >> 20) + " MB"
+                                                         : "the request failed (HTTP " + std::to_string(res.status) + ")";
+            send_error(res, ApiError(res.status, what));
+            log(req.method + " " + req.path + " " + std::to_string(res.status));
+        });
+        http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+            std::string what = "internal error";
+            try {
+                std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+                what = e.what();
+            } catch (...) {
+            }
+            send_error(res, ApiError(500, what));
+            log(req.method + " " + req.path + " 500 · " + what);
+        });
+
+        http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& s) { completion(q, s, true); });
+        http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completion(q, s, false); });
+        http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+            const auto& info = model->info();
+            send_json(res, 200,
+                      {{"object", "list"},
+                       {"data", Json::array({{{"id", opt.model_id},
+                                              {"object", "model"},
+                                              {"created", unix_now()},
+                                              {"owned_by", "diskformer"},
+                                              {"meta", {{"arch", info.arch},
+                                                        {"backend", info.backend},
+                                                        {"n_ctx", n_ctx},
+                                                        {"n_ctx_train", info.n_ctx_train},
+                                                        {"n_vocab", info.n_vocab},
+                                                        {"weight_bytes", info.weight_bytes}}}}})}});
+        });
+        http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+            send_json(res, 200,
+                      {{"status", "ok"},
+                       {"model", opt.model_id},
+                       {"slots", opt.slots},
+                       {"requests", {{"served", served.load()},
+                                     {"aborted", aborted.load()},
+                                     {"rejected", rejected.load()},
+                                     {"failed", failed.load()}}}});
+        });
+    }
+};
+
+Server::Server(std::shared_ptr<diskformer::Model> model, ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(model), std::move(options))) {}
+
+Server::~Server() = default;
+
+int Server::bind() {
+    auto& s = *impl_;
+    const int port = s.opt.port == 0 ? s.http.bind_to_any_port(s.opt.host) : (s.http.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port : -1);
+    if (port < 0)
+        throw Error("serve: cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
+                    " (in use, or not an address of this machine)");
+    return port;
+}
+
+void Server::run() { impl_->http.listen_after_bind(); }
+
+int Server::n_ctx() const { return impl_->n_ctx; }
+
+void Server::stop() {
+    auto& s = *impl_;
+    {
+        std::lock_guard a(s.active_mu);
+        s.stopping = true;
+        if (s.active) *s.active = true;
+    }
+    s.http.stop();
+}
+
+}  // namespace df::server

@@ -1,0 +1,446 @@
+// The OpenAI-compatible server, in-process on a loopback port with golden models on the CPU:
+// answers equal the library's, a stream adds up to the whole answer, caches are reused across
+// requests and slots, bad requests get OpenAI error bodies and leave the server serving, and a
+// client that leaves a stream ends its generation.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/golden.h"
+#include "diskformer/generate.h"
+#include "server/openai.h"
+#include "server/server.h"
+
+namespace {
+
+using Json = nlohmann::json;
+namespace ds = df::server;
+
+std::shared_ptr<diskformer::Model> model(const std::string& name) {
+    static std::map<std::string, std::shared_ptr<diskformer::Model>> loaded;
+    auto& m = loaded[name];
+    if (!m)
+        m = diskformer::Model::load((df::test::golden_dir() / "models" / (name + ".gguf")).string(),
+                                    {.backend = diskformer::BackendKind::cpu, .threads = 2});
+    return m;
+}
+
+ds::ServerOptions options(int slots = 1, int ctx = 512) {
+    ds::ServerOptions o;
+    o.port = 0;
+    o.slots = slots;
+    o.model_id = "test-model";
+    o.log = false;
+    o.session.ctx = ctx;
+    return o;
+}
+
+// A server on a free loopback port, serving on its own thread while the object lives.
+class Running {
+public:
+    explicit Running(const std::string& name, ds::ServerOptions o = options()) : server_(model(name), std::move(o)) {
+        port_ = server_.bind();
+        thread_ = std::thread([this] { server_.run(); });
+    }
+    ~Running() {
+        server_.stop();
+        thread_.join();
+    }
+    httplib::Client client() const {
+        httplib::Client c("127.0.0.1", port_);
+        c.set_read_timeout(300);
+        return c;
+    }
+    ds::Server& server() { return server_; }
+
+private:
+    ds::Server server_;
+    int port_ = 0;
+    std::thread thread_;
+};
+
+struct Reply {
+    int status = 0;
+    Json body;
+};
+
+Reply post(const Running& s, const std::string& path, const std::string& body, const httplib::Headers& headers = {}) {
+    auto c = s.client();
+    auto r = c.Post(path.c_str(), headers, body, "application/json");
+    if (!r) {
+        ADD_FAILURE() << "no answer from the server: " << httplib::to_string(r.error());
+        return {};
+    }
+    return {r->status, Json::parse(r->body, nullptr, false)};
+}
+Reply post(const Running& s, const std::string& path, const Json& body) { return post(s, path, body.dump()); }
+
+Json health(const Running& s) {
+    auto c = s.client();
+    auto r = c.Get("/health");
+    return r ? Json::parse(r->body, nullptr, false) : Json();
+}
+
+// The events of a stream (the "data: " payloads), and whether it ended with [DONE].
+struct Events {
+    int status = 0;
+    std::vector<Json> events;
+    bool done = false;
+};
+
+Events parse_events(int status, const std::string& text) {
+    Events e;
+    e.status = status;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        const size_t end = text.find("\n\n", pos);
+        EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << text.substr(pos);
+        if (end == std::string::npos) break;
+        const std::string ev = text.substr(pos, end - pos);
+        pos = end + 2;
+        EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+        EXPECT_FALSE(e.done) << "an event after [DONE]: " << ev;
+        if (ev == "data: [DONE]")
+            e.done = true;
+        else
+            e.events.push_back(Json::parse(ev.substr(6), nullptr, false));
+    }
+    return e;
+}
+
+Events post_stream(const Running& s, const std::string& path, Json body) {
+    body["stream"] = true;
+    auto c = s.client();
+    auto r = c.Post(path.c_str(), body.dump(), "application/json");
+    if (!r) {
+        ADD_FAILURE() << "no answer from the server: " << httplib::to_string(r.error());
+        return {};
+    }
+    EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+    return parse_events(r->status, r->body);
+}
+
+Json chat_body(const std::vector<std::pair<std::string, std::string>>& msgs, int max_tokens) {
+    Json m = Json::array();
+    for (const auto& [role, content] : msgs) m.push_back({{"role", role}, {"content", content}});
+    return {{"model", "anything"}, {"messages", m}, {"max_tokens", max_tokens}};
+}
+
+// What the library itself answers (greedy) to these messages on a fresh session.
+diskformer::GenerateResult library_answer(const std::string& name, const std::vector<diskformer::ChatMessage>& msgs,
+                                          int max_tokens) {
+    diskformer::Session s(model(name), {.ctx = 512});
+    const auto prompt = diskformer::chat_prompt(*model(name), msgs);
+    diskformer::GenerateOptions o;
+    o.max_tokens = max_tokens;
+    return diskformer::generate(s, prompt, o);
+}
+
+const std::vector<std::pair<std::string, std::string>> kConversation = {
+    {"system", "You are terse."}, {"user", "Name a colour and a number."}};
+
+std::vector<diskformer::ChatMessage> to_messages(const std::vector<std::pair<std::string, std::string>>& msgs) {
+    std::vector<diskformer::ChatMessage> out;
+    for (const auto& [role, content] : msgs) out.push_back({role, content, {}});
+    return out;
+}
+
+class ServerModels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ServerModels, ChatAnswerIsTheLibrarysGreedyAnswer) {
+    Running s(GetParam());
+    const Reply r = post(s, "/v1/chat/completions", chat_body(kConversation, 24));
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const auto want = library_answer(GetParam(), to_messages(kConversation), 24);
+    const Json& choice = r.body["choices"][0];
+    EXPECT_EQ(r.body["object"], "chat.completion");
+    EXPECT_EQ(r.body["model"], "test-model");
+    EXPECT_EQ(choice["message"]["role"], "assistant");
+    EXPECT_EQ(choice["message"]["content"], want.text);
+    EXPECT_EQ(choice["message"].value("reasoning_content", ""), want.reasoning);
+    EXPECT_EQ(choice["finish_reason"], ds::finish_reason(want.stop));
+    EXPECT_EQ(r.body["usage"]["completion_tokens"], want.tokens.size());
+    EXPECT_EQ(r.body["usage"]["prompt_tokens"], diskformer::chat_prompt(*model(GetParam()), to_messages(kConversation)).size());
+    EXPECT_EQ(r.body["usage"]["total_tokens"],
+              r.body["usage"]["prompt_tokens"].get<int>() + r.body["usage"]["completion_tokens"].get<int>());
+    EXPECT_FALSE(want.text.empty() && want.reasoning.empty()) << "the model said nothing: the comparison is empty";
+}
+
+TEST_P(ServerModels, StreamAddsUpToTheWholeAnswer) {
+    Running s(GetParam());
+    const Json body = chat_body(kConversation, 24);
+    const Reply whole = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(whole.status, 200);
+    Json sb = body;
+    sb["stream_options"] = {{"include_usage", true}};
+    const Events e = post_stream(s, "/v1/chat/completions", sb);
+    ASSERT_EQ(e.status, 200);
+    ASSERT_TRUE(e.done) << "no [DONE]";
+    ASSERT_GE(e.events.size(), 3u);
+    EXPECT_EQ(e.events.front()["choices"][0]["delta"]["role"], "assistant");
+    std::string content, reasoning;
+    std::string finish;
+    for (size_t i = 0; i < e.events.size(); ++i) {
+        const Json& ev = e.events[i];
+        EXPECT_EQ(ev["object"], "chat.completion.chunk");
+        EXPECT_EQ(ev["id"], e.events[0]["id"]) << "one id per stream";
+        if (ev["choices"].empty()) {
+            EXPECT_EQ(i + 1, e.events.size()) << "the usage chunk comes last";
+            EXPECT_EQ(ev["usage"]["completion_tokens"], whole.body["usage"]["completion_tokens"]);
+            continue;
+        }
+        const Json& c = ev["choices"][0];
+        content += c["delta"].value("content", "");
+        reasoning += c["delta"].value("reasoning_content", "");
+        if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    }
+    EXPECT_TRUE(e.events.back()["choices"].empty()) << "include_usage asked for a usage chunk";
+    const Json& m = whole.body["choices"][0]["message"];
+    EXPECT_EQ(content, m["content"]);
+    EXPECT_EQ(reasoning, m.value("reasoning_content", ""));
+    EXPECT_EQ(finish, whole.body["choices"][0]["finish_reason"]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, ServerModels, ::testing::Values("q3_4L_kmix", "q35_4L_iq2mix"));
+
+TEST(Server, CompletionsTakeARawPromptWithControlTokens) {
+    Running s("q3_4L_kmix");
+    const std::string prompt = "<|im_start|>user\nCount to five.<|im_end|>\n<|im_start|>assistant\n";
+    const Reply r = post(s, "/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 16}});
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    diskformer::Session lib(model("q3_4L_kmix"), {.ctx = 512});
+    const auto ids = model("q3_4L_kmix")->tokenize(prompt, true);
+    diskformer::GenerateOptions o;
+    o.max_tokens = 16;
+    const auto want = diskformer::generate(lib, ids, o);
+    EXPECT_EQ(r.body["object"], "text_completion");
+    EXPECT_EQ(r.body["choices"][0]["text"], want.text);
+    EXPECT_EQ(r.body["usage"]["prompt_tokens"], ids.size());
+    // Streamed: the same text in "text" fields.
+    const Events e = post_stream(s, "/v1/completions", Json{{"prompt", Json::array({prompt})}, {"max_tokens", 16}});
+    ASSERT_TRUE(e.done);
+    std::string text;
+    for (const auto& ev : e.events) text += ev["choices"][0].value("text", "");
+    EXPECT_EQ(text, want.text);
+}
+
+TEST(Server, AConversationThatComesBackReusesItsSlot) {
+    const Json a = chat_body({{"user", "First conversation: tell me about rivers and their sources."}}, 4);
+    const Json b = chat_body({{"user", "Second one, quite different: what do bees make?"}}, 4);
+    auto cached = [](const Reply& r) { return r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(); };
+    auto prompt_n = [](const Reply& r) { return r.body["usage"]["prompt_tokens"].get<int>(); };
+    {
+        Running two("q3_4L_kmix", options(2));
+        ASSERT_EQ(post(two, "/v1/chat/completions", a).status, 200);
+        ASSERT_EQ(post(two, "/v1/chat/completions", b).status, 200);
+        const Reply again = post(two, "/v1/chat/completions", a);
+        ASSERT_EQ(again.status, 200);
+        EXPECT_EQ(cached(again), prompt_n(again) - 1) << "two slots: a's cache survives b";
+        EXPECT_EQ(again.body["timings"]["cache_n"], cached(again));
+    }
+    {
+        Running one("q3_4L_kmix", options(1));
+        ASSERT_EQ(post(one, "/v1/chat/completions", a).status, 200);
+        ASSERT_EQ(post(one, "/v1/chat/completions", b).status, 200);
+        const Reply again = post(one, "/v1/chat/completions", a);
+        EXPECT_LT(cached(again), prompt_n(again) / 2) << "one slot: b replaced a's cache";
+    }
+    {
+        // A hybrid model cannot rewind: the follow-up turn extends the cache.
+        Running h("q35_4L_iq2mix", options(1));
+        const Reply first = post(h, "/v1/chat/completions", a);
+        ASSERT_EQ(first.status, 200);
+        const Reply same = post(h, "/v1/chat/completions", a);
+        EXPECT_EQ(cached(same), 0) << "the cache holds a's answer after its prompt: a hybrid restarts";
+    }
+}
+
+TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
+    Running s("q3_4L_kmix", options(1, 64));
+    const std::string chat = "/v1/chat/completions";
+    const std::string long_text(2000, 'x');
+    struct Case {
+        std::string path, body, param, mentions;
+    };
+    const std::vector<Case> cases = {
+        {chat, "{bad", "", "not valid JSON"},
+        {chat, "[1, 2]", "", "JSON object"},
+        {chat, "{}", "messages", "required"},
+        {chat, R"({"messages": "hi"})", "messages", "non-empty array"},
+        {chat, R"({"messages": [{"role": "robot", "content": "x"}]})", "messages[0].role", "robot"},
+        {chat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content", "image_url"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature", "number"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p", "(0, 1]"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", "at least 1"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n", "one choice"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop", "empty"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "logprobs", "not supported"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5})", "frequency_penalty", "presence_penalty"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools", "tool calling"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", "response_format", "text"},
+        {chat, Json{{"messages", {{{"role", "user"}, {"content", long_text}}}}}.dump(), "messages", "context holds 64"},
+        {"/v1/completions", R"({"max_tokens": 3})", "prompt", "required"},
+        {"/v1/completions", R"({"prompt": [1, 2, 3]})", "prompt", "string"},
+    };
+    for (const auto& c : cases) {
+        const Reply r = post(s, c.path, c.body);
+        EXPECT_EQ(r.status, 400) << c.body;
+        const Json& e = r.body["error"];
+        ASSERT_TRUE(e.is_object()) << c.body << " -> " << r.body.dump();
+        EXPECT_EQ(e["type"], "invalid_request_error");
+        EXPECT_NE(e["message"].get<std::string>().find(c.mentions), std::string::npos) << c.body << " -> " << e["message"];
+        if (c.param.empty())
+            EXPECT_TRUE(e["param"].is_null()) << c.body;
+        else
+            EXPECT_EQ(e["param"], c.param) << c.body;
+    }
+    const Reply too_long = post(s, chat, Json{{"messages", {{{"role", "user"}, {"content", long_text}}}}});
+    EXPECT_EQ(too_long.body["error"]["code"], "context_length_exceeded");
+
+    auto c = s.client();
+    auto missing = c.Get("/v1/nothing");
+    ASSERT_TRUE(missing);
+    EXPECT_EQ(missing->status, 404);
+    EXPECT_EQ(Json::parse(missing->body, nullptr, false)["error"]["type"], "not_found_error");
+
+    // Still serving, and counting.
+    const Reply ok = post(s, chat, chat_body({{"user", "hi"}}, 3));
+    EXPECT_EQ(ok.status, 200);
+    const Json h = health(s);
+    EXPECT_EQ(h["requests"]["rejected"], cases.size() + 1);
+    EXPECT_EQ(h["requests"]["served"], 1);
+    EXPECT_EQ(h["requests"]["failed"], 0);
+}
+
+TEST(Server, AnApiKeyGuardsTheApiButNotHealth) {
+    ds::ServerOptions o = options();
+    o.api_key = "sekret";
+    Running s("q3_4L_kmix", o);
+    const std::string body = chat_body({{"user", "hi"}}, 2).dump();
+    const Reply none = post(s, "/v1/chat/completions", body);
+    EXPECT_EQ(none.status, 401);
+    EXPECT_EQ(none.body["error"]["type"], "authentication_error");
+    EXPECT_EQ(post(s, "/v1/chat/completions", body, {{"Authorization", "Bearer wrong"}}).status, 401);
+    EXPECT_EQ(post(s, "/v1/chat/completions", body, {{"Authorization", "Bearer sekret"}}).status, 200);
+    auto c = s.client();
+    auto models = c.Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 401);
+    EXPECT_EQ(health(s)["status"], "ok");
+}
+
+TEST(Server, ModelsListsTheServedModel) {
+    Running s("q35_4L_iq2mix");
+    auto c = s.client();
+    auto r = c.Get("/v1/models");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    const Json j = Json::parse(r->body);
+    ASSERT_EQ(j["data"].size(), 1u);
+    EXPECT_EQ(j["data"][0]["id"], "test-model");
+    EXPECT_EQ(j["data"][0]["meta"]["arch"], "qwen35");
+    EXPECT_EQ(j["data"][0]["meta"]["n_ctx"], s.server().n_ctx());
+    EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "*");
+}
+
+TEST(Server, AClientThatLeavesAStreamEndsItsGeneration) {
+    Running s("q3_4L_kmix", options(1, 4096));
+    Json body = chat_body({{"user", "Write a very long story."}}, 4000);
+    body["stream"] = true;
+    auto c = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    size_t received = 0;
+    req.content_receiver = [&](const char*, size_t n, uint64_t, uint64_t) {
+        received += n;
+        return received < 2000;  // a few chunks, then hang up
+    };
+    c.send(req);  // fails by design: the receiver cancelled
+    EXPECT_GE(received, 2000u);
+    Json h;
+    for (int i = 0; i < 600; ++i) {  // the server notices at its next write
+        h = health(s);
+        if (h["requests"]["aborted"] == 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(h["requests"]["aborted"], 1) << h.dump();
+    EXPECT_EQ(h["requests"]["served"], 0) << "the generation ran to its end: " << h.dump();
+    EXPECT_EQ(post(s, "/v1/chat/completions", chat_body({{"user", "hi"}}, 2)).status, 200);
+}
+
+TEST(Server, StopEndsTheRequestInProgress) {
+    auto s = std::make_unique<Running>("q3_4L_kmix", options(1, 4096));
+    Reply r;
+    std::thread client([&] { r = post(*s, "/v1/chat/completions", chat_body({{"user", "Write a very long story."}}, 4000)); });
+    // 4,000 tokens take seconds on this model; stop a moment after the request went out.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    s->server().stop();
+    client.join();
+    EXPECT_EQ(r.status, 503) << r.body.dump();
+    EXPECT_NE(r.body["error"]["message"].get<std::string>().find("shutting down"), std::string::npos);
+    s.reset();  // run() returned: the destructor joins it
+}
+
+TEST(Server, ConcurrentRequestsAreEachAnsweredAsIfAlone) {
+    Running s("q3_4L_kmix", options(2));
+    const std::vector<std::string> questions = {"What is rain?", "Why is snow white?", "Name a fish.", "Count to three."};
+    std::vector<Reply> replies(questions.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < questions.size(); ++i)
+        threads.emplace_back([&, i] { replies[i] = post(s, "/v1/chat/completions", chat_body({{"user", questions[i]}}, 12)); });
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < questions.size(); ++i) {
+        ASSERT_EQ(replies[i].status, 200) << replies[i].body.dump();
+        const auto want = library_answer("q3_4L_kmix", {{"user", questions[i], {}}}, 12);
+        EXPECT_EQ(replies[i].body["choices"][0]["message"]["content"], want.text) << questions[i];
+    }
+}
+
+TEST(OpenAI, ParsesTheFieldsClientsSend) {
+    diskformer::GenerateOptions defaults;
+    defaults.top_k = 7;
+    const Json body = Json::parse(R"({
+        "model": "x",
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "there"}]},
+            {"role": "assistant", "content": "Hi.", "reasoning_content": "greet back", "tool_calls": []},
+            {"role": "user", "content": "Again"}
+        ],
+        "max_completion_tokens": 9, "temperature": 0.5, "top_p": 0.9, "seed": -3, "stop": "END",
+        "stream": true, "stream_options": {"include_usage": true},
+        "chat_template_kwargs": {"enable_thinking": false}, "user": "ignored", "tools": [], "n": 1
+    })");
+    const ds::Request r = ds::parse_chat_request(body, defaults);
+    ASSERT_EQ(r.messages.size(), 4u);
+    EXPECT_EQ(r.messages[0].role, "system");
+    EXPECT_EQ(r.messages[1].content, "Hello, there");
+    EXPECT_EQ(r.messages[2].reasoning, "greet back");
+    EXPECT_EQ(r.gen.max_tokens, 9);
+    EXPECT_FLOAT_EQ(r.gen.temperature, 0.5f);
+    EXPECT_FLOAT_EQ(r.gen.top_p, 0.9f);
+    EXPECT_EQ(r.gen.top_k, 7) << "left out: the server's default";
+    EXPECT_EQ(r.gen.seed, static_cast<uint64_t>(-3));
+    EXPECT_EQ(r.gen.stop, std::vector<std::string>{"END"});
+    EXPECT_TRUE(r.stream);
+    EXPECT_TRUE(r.include_usage);
+    EXPECT_EQ(r.thinking, diskformer::Thinking::off);
+
+    // null means "not given"; a sampled request without a seed draws one.
+    const Json plain = Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "temperature": 1, "max_tokens": null, "seed": null})");
+    const auto a = ds::parse_chat_request(plain, defaults), b = ds::parse_chat_request(plain, defaults);
+    EXPECT_EQ(a.gen.max_tokens, -1);
+    EXPECT_NE(a.gen.seed, b.gen.seed);
+}
+
+}  // namespace
