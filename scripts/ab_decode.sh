@@ -8,6 +8,7 @@ set -uo pipefail
 p=$1 rounds=$2
 shift 2
 D=/tmp/dfbin/diskformer
+export LD_LIBRARY_PATH=/tmp/dfbin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
 for ((r = 0; r < rounds; ++r)); do
     for v in "$@"; do

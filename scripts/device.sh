@@ -11,6 +11,7 @@
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
 #        phases: info tests sanitize golden eval bench-kernels profile bench-models step-profile prefill-profile
 #                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
+#                serve (the HTTP server on CUDA, checked by scripts/serve_check.py)
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
 #                PREFILL_PROFILE="preset:tokens ..." overrides)
@@ -39,7 +40,13 @@ pack() {
         strip "$tmp/diskformer-trace"
         extra=diskformer-trace
     fi
-    XZ_OPT=-9 tar cJf .carry/bins.tar.xz -C "$tmp" test_cuda diskformer $extra
+    # Shared libraries the device's image lacks (the server's cpp-httplib and what it needs);
+    # `run` puts them on LD_LIBRARY_PATH.
+    mkdir -p "$tmp/lib"
+    for l in libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
+        cp -L "/usr/lib/x86_64-linux-gnu/$l" "$tmp/lib/"
+    done
+    XZ_OPT=-9 tar cJf .carry/bins.tar.xz -C "$tmp" test_cuda diskformer lib $extra
     rm -rf "$tmp"
     # Golden models beyond the compact copy in tests/golden (only the f32-twin references); the
     # device tool carries at most 64 MiB with the working tree, so not q3_4L_q8_0 (Q8_0 runs in
@@ -84,6 +91,7 @@ run() {
     mkdir -p "$out" /tmp/dfbin
     # Without bins.tar.xz the binaries already in /tmp/dfbin run (e.g. a variant's, copied there).
     [ -f .carry/bins.tar.xz ] && tar xJf .carry/bins.tar.xz -C /tmp/dfbin
+    export LD_LIBRARY_PATH=/tmp/dfbin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     if [ -f .carry/variants.tar.xz ]; then mkdir -p /tmp/dfvar && tar xJf .carry/variants.tar.xz -C /tmp/dfvar; fi
     # The binaries look for golden data at the paths of the build machine.
     mkdir -p /work /work/shared/golden/models
@@ -129,6 +137,18 @@ same = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), len(want))
 print(f"{m:18s} prompt NMSE max {nmse.max():.2e}  max|dlogit| {np.abs(got - ref).max():.2e}  top-1 {top1}/100  greedy {same}/{len(want)}")
 PY
         done
+        ;; esac
+    case ",$phases," in *,serve,*)
+        echo "== diskformer serve on CUDA (4B preset, 2 slots): scripts/serve_check.py"
+        local p=qwen3-4b-q8_0
+        [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+        $D serve -m "/tmp/$p.gguf" --backend cuda --slots 2 --port 18080 2>"$out/serve.log" &
+        local srv=$!
+        python3 scripts/serve_check.py http://127.0.0.1:18080 128 2>&1 | tee "$out/serve_check.log"
+        kill -TERM $srv
+        wait $srv
+        echo "serve exited with $? (0: a clean stop)"
+        tail -n 12 "$out/serve.log"
         ;; esac
     case ",$phases," in *,bench-kernels,*)
         echo "== kernel benchmarks"

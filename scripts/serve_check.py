@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Checks a running `diskformer serve` end to end over HTTP (Python's standard library only):
+a greedy chat answer and its stream agree, a returning conversation reuses its cache, parallel
+requests each get the answer they get alone, and a bad request is answered and survived.
+Prints the decode rate the server reports. Exit status 1 on any failure.
+
+    scripts/serve_check.py http://127.0.0.1:8080 [max_tokens]
+"""
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+base = sys.argv[1].rstrip("/")
+max_tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 128
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def request(path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def chat(question, stream=False, tokens=max_tokens):
+    body = {"messages": [{"role": "user", "content": question}], "max_tokens": tokens, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return request("/v1/chat/completions", body)
+
+
+for _ in range(600):  # the model loads first
+    try:
+        if request("/health")[0] == 200:
+            break
+    except (urllib.error.URLError, ConnectionError):
+        pass
+    time.sleep(0.5)
+else:
+    sys.exit("the server did not come up")
+
+status, text = chat("Tell me about the sea.")
+check(status == 200, f"chat answered ({status})")
+whole = json.loads(text)
+msg = whole["choices"][0]["message"]
+t = whole["timings"]
+print(f"     {whole['usage']['completion_tokens']} tokens, prefill {t['prompt_per_second']:.0f} tok/s, "
+      f"decode {t['predicted_per_second']:.1f} tok/s, ttft {t['ttft_ms']:.1f} ms")
+
+status, text = chat("Tell me about the sea.", stream=True)
+events = [line[6:] for line in text.split("\n\n") if line.startswith("data: ")]
+check(events and events[-1] == "[DONE]", "the stream ends with [DONE]")
+chunks = [json.loads(e) for e in events[:-1]]
+content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks if c["choices"])
+check(content == msg["content"] and reasoning == msg.get("reasoning_content", ""), "the stream adds up to the whole answer")
+usage = chunks[-1].get("usage", {})
+check(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0) > 0, f"the same prompt again reused the cache ({usage})")
+
+questions = ["Name a river.", "What is two plus two?", "Say hello.", "Why is grass green?"]
+alone = [json.loads(chat(q, tokens=32)[1])["choices"][0]["message"] for q in questions]
+together = [None] * len(questions)
+
+
+def ask(i):
+    together[i] = json.loads(chat(questions[i], tokens=32)[1])["choices"][0]["message"]
+
+
+threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(questions))]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+check(together == alone, "parallel requests get the answers they get alone")
+
+status, text = request("/v1/chat/completions", {"messages": []})
+check(status == 400 and "error" in json.loads(text), f"a bad request gets a 400 error body ({status})")
+check(chat("Still there?", tokens=4)[0] == 200, "and the server goes on")
+
+sys.exit(1 if failures else 0)
