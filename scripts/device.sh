@@ -139,16 +139,18 @@ PY
         done
         ;; esac
     case ",$phases," in *,serve,*)
-        echo "== diskformer serve on CUDA (4B preset, 2 slots): scripts/serve_check.py"
-        local p=qwen3-4b-q8_0
-        [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
-        $D serve -m "/tmp/$p.gguf" --backend cuda --slots 2 --port 18080 2>"$out/serve.log" &
-        local srv=$!
-        python3 scripts/serve_check.py http://127.0.0.1:18080 128 2>&1 | tee "$out/serve_check.log"
-        kill -TERM $srv
-        wait $srv
-        echo "serve exited with $? (0: a clean stop)"
-        tail -n 12 "$out/serve.log"
+        local p srv
+        for p in ${SERVE_PRESETS:-qwen3-4b-q8_0 saluki-27b-iq2mix}; do
+            echo "== diskformer serve on CUDA ($p, 2 slots): scripts/serve_check.py"
+            [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+            $D serve -m "/tmp/$p.gguf" --backend cuda --slots 2 --port 18080 2>"$out/serve-$p.log" &
+            srv=$!
+            python3 scripts/serve_check.py http://127.0.0.1:18080 128 2>&1 | tee "$out/serve_check-$p.log"
+            kill -TERM $srv
+            wait $srv
+            echo "serve exited with $? (0: a clean stop)"
+            tail -n 12 "$out/serve-$p.log"
+        done
         ;; esac
     case ",$phases," in *,bench-kernels,*)
         echo "== kernel benchmarks"

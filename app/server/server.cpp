@@ -39,7 +39,6 @@ struct Server::Impl {
     std::shared_ptr<diskformer::Model> model;
     ServerOptions opt;
     httplib::Server http;
-    bool hybrid = false;  // recurrent state: a cache is reusable only when the prompt extends it
     int n_ctx = 0;
 
     // One generation at a time: the backend evaluates one forward at a time.
@@ -61,7 +60,6 @@ struct Server::Impl {
 
     Impl(std::shared_ptr<diskformer::Model> m, ServerOptions o) : model(std::move(m)), opt(std::move(o)) {
         if (opt.slots < 1) throw Error("serve: --slots must be at least 1");
-        hybrid = model->info().arch == "qwen35";
         for (int i = 0; i < opt.slots; ++i) slots.push_back({std::make_unique<Session>(model, opt.session), 0});
         n_ctx = slots[0].session->n_ctx();
         routes();
@@ -71,15 +69,6 @@ struct Server::Impl {
         if (opt.log) std::fprintf(stderr, "%s\n", line.c_str());
     }
 
-    // Tokens the cache of `s` can give to `prompt` (set_prompt evaluates at least the last one).
-    size_t reusable(const Session& s, std::span<const int32_t> prompt) const {
-        const auto& cached = s.tokens();
-        size_t n = 0;
-        while (n < cached.size() && n < prompt.size() && cached[n] == prompt[n]) ++n;
-        if (hybrid && n < cached.size()) return 0;  // it would restart from token 0
-        return n;
-    }
-
     // The slot whose cache gives most of the prompt, if that is at least half of it (a returning
     // conversation); otherwise the least recently used one (an empty one first), so that a new
     // conversation that merely shares a prefix does not take another's cache. Under `compute`.
@@ -87,7 +76,7 @@ struct Server::Impl {
         Slot* best = &slots[0];
         size_t best_n = 0;
         for (auto& s : slots)
-            if (const size_t n = reusable(*s.session, prompt); n > best_n) best = &s, best_n = n;
+            if (const size_t n = static_cast<size_t>(s.session->reusable(prompt)); n > best_n) best = &s, best_n = n;
         if (2 * best_n < prompt.size())
             best = &*std::min_element(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.used < b.used; });
         best->used = ++uses;

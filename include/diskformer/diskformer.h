@@ -67,6 +67,9 @@ struct SessionOptions {
     int ctx = 4096;            // KV capacity in tokens (clamped to the model's training context)
     int chunk = 0;             // prompt tokens per forward pass (0: 256 on the CPU, 2048 on a GPU)
     KvType kv_type = KvType::f16;
+    // Hybrid models: copies of the recurrent state kept by checkpoint() (each as large as that
+    // state: ~160 MB for a 27B qwen35, allocated on first use); 0 turns them off.
+    int checkpoints = 2;
 };
 
 struct Stats {
@@ -93,9 +96,21 @@ public:
     void append(std::span<const int32_t> tokens, float* all_logits = nullptr);
 
     // Makes the cache hold exactly `prompt`, reusing the longest cached prefix where the model
-    // allows it (attention-only models rewind; hybrid models extend or restart). Returns the
-    // number of reused tokens. At least one token is always evaluated so logits are fresh.
+    // allows it (attention-only models rewind; hybrid models extend the cache, resume from a
+    // checkpoint, or restart). Returns the number of reused tokens. At least one token is always
+    // evaluated so logits are fresh.
     int set_prompt(std::span<const int32_t> prompt);
+    // How many of `prompt`'s tokens set_prompt(prompt) would reuse (nothing is evaluated).
+    int reusable(std::span<const int32_t> prompt) const;
+
+    // Hybrid models cannot rewind their recurrent state: this keeps a copy of it at the current
+    // position (at most SessionOptions::checkpoints; the least recently used is replaced), and a
+    // later set_prompt whose prompt shares the cache up to there resumes from it instead of from
+    // token 0 (e.g. the same prompt again, or a conversation re-sent with its last answer
+    // re-rendered). A checkpoint lasts until the cache evaluates a position before it (the
+    // attention layers' KV rows are not copied). Returns false (nothing kept) on attention-only
+    // models, which rewind anyway, and when checkpoints are off.
+    bool checkpoint();
 
     // Appends one token and returns the argmax of the next-token logits.
     int32_t step(int32_t token);

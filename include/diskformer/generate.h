@@ -77,7 +77,8 @@ struct GenerateResult {
     GenerateStats stats;
 };
 
-// Makes the session hold `prompt` (Session::set_prompt: the cached prefix is reused), then
+// Makes the session hold `prompt` (Session::set_prompt: the cached prefix is reused; a hybrid
+// model keeps checkpoints before the prompt's last token and after its last <|im_start|>), then
 // generates until an end-of-generation token, a stop string, max_tokens, a full context or
 // abort, streaming each token to on_piece. The prompt is in reasoning when it ends inside an
 // open <think> (as a thinking chat prompt does); <think>/</think> tokens switch parts and are
@@ -99,8 +100,8 @@ struct ChatOptions {
     // true: earlier turns stay in the context exactly as generated (thinking included), so each
     // turn extends the cache and nothing is evaluated twice, on every model. false: the history
     // is re-rendered as Qwen's template does, without earlier thinking; the prompt then departs
-    // from the cache at the last answer, and hybrid (qwen35) models, which cannot rewind their
-    // recurrent state, evaluate the whole conversation again each turn.
+    // from the cache at the last answer, where attention-only models rewind and hybrid (qwen35)
+    // models resume from the checkpoint generate() kept there (Session::checkpoint).
     bool keep_reasoning = true;
 };
 

@@ -124,6 +124,41 @@ void Model::reset_state(State& st) const {
     }
 }
 
+namespace {
+
+// Calls f(layer buffer, bytes) for each recurrent buffer of st, in a fixed order.
+template <class F>
+void each_recurrent(const ModelConfig& c, const State& st, F&& f) {
+    for (int i = 0; i < c.n_layer; ++i) {
+        if (st.conv_state[i]) f(st.conv_state[i], sizeof(float) * (c.ssm_conv - 1) * c.ssm_channels());
+        if (st.ssm_state[i]) f(st.ssm_state[i], sizeof(float) * c.ssm_v_heads * c.ssm_state * c.ssm_state);
+    }
+}
+
+}  // namespace
+
+size_t Model::recurrent_bytes() const {
+    const ModelConfig& c = config_;
+    const size_t per_layer = sizeof(float) * ((c.ssm_conv - 1) * c.ssm_channels() + c.ssm_v_heads * c.ssm_state * c.ssm_state);
+    return c.n_recurrent() > 0 ? per_layer * c.n_recurrent() : 0;
+}
+
+void Model::save_recurrent(const State& st, void* dst) const {
+    size_t off = 0;
+    each_recurrent(config_, st, [&](float* p, size_t bytes) {
+        backend_->copy(static_cast<uint8_t*>(dst) + off, p, bytes);
+        off += bytes;
+    });
+}
+
+void Model::load_recurrent(State& st, const void* src) const {
+    size_t off = 0;
+    each_recurrent(config_, st, [&](float* p, size_t bytes) {
+        backend_->copy(p, static_cast<const uint8_t*>(src) + off, bytes);
+        off += bytes;
+    });
+}
+
 void Model::forward(State& st, const Step& s, Output out) const {
     find_arch(config_.arch)->forward(*this, st, s, out);
 }

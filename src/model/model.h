@@ -69,6 +69,13 @@ public:
     void free_state(State& st) const;
     void reset_state(State& st) const;  // zero the recurrent state (KV rows need no clearing)
 
+    // The recurrent state (every GDN layer's conv and delta state) packed in one backend buffer
+    // of recurrent_bytes() (0 for attention-only models): a hybrid model cannot rewind, so
+    // sessions keep such copies to resume from (checkpoints).
+    size_t recurrent_bytes() const;
+    void save_recurrent(const State& st, void* dst) const;
+    void load_recurrent(State& st, const void* src) const;
+
     // Runs T = s.T tokens (tokens/pos already in st.tokens/st.pos) through the network.
     void forward(State& st, const Step& s, Output out) const;
 

@@ -27,22 +27,45 @@ struct Prefill {
     bool aborted = false;
 };
 
+// Where a hybrid model keeps checkpoints of its recurrent state while evaluating `prompt`: before
+// its last token (the same prompt again resumes there) and after the last <|im_start|> (a chat
+// re-sent with this turn's answer re-rendered departs from the cache just after it).
+std::vector<size_t> checkpoint_marks(const Session& s, std::span<const int32_t> prompt) {
+    const auto& mi = s.model().impl();
+    if (mi.model->config().n_recurrent() == 0 || prompt.size() < 2) return {};
+    std::vector<size_t> marks;
+    const int32_t im_start = mi.tokenizer->find("<|im_start|>");
+    for (size_t i = prompt.size() - 1; i-- > 0;)
+        if (prompt[i] == im_start) {
+            marks.push_back(i + 1);
+            break;
+        }
+    if (marks.empty() || marks.back() != prompt.size() - 1) marks.push_back(prompt.size() - 1);
+    return marks;
+}
+
 // Makes the session hold `prompt` like Session::set_prompt, but in slices with an abort check
-// between them. When aborted, the cache holds a prefix of the prompt, which the next call reuses.
+// between them, and with checkpoints at `marks` (ascending). When aborted, the cache holds a
+// prefix of the prompt, which the next call reuses.
 Prefill prefill(Session& s, std::span<const int32_t> prompt, const GenerateOptions& o) {
-    const auto& cached = s.tokens();
-    size_t common = 0;
-    while (common < cached.size() && common < prompt.size() && cached[common] == prompt[common]) ++common;
-    // A hybrid model departing from its cache restarts from token 0 (its recurrent state cannot
-    // rewind), so its first slice starts there too.
-    const bool restarts = common < cached.size() && s.model().impl().model->config().n_recurrent() > 0;
+    const std::vector<size_t> marks = checkpoint_marks(s, prompt);
     const size_t slice = std::max(kPrefillSlice, static_cast<size_t>(s.n_chunk()));
-    const size_t first = std::min(prompt.size(), (restarts ? 0 : common) + slice);
+    // The end of the pass that starts at `from`: a slice, cut at the next mark.
+    auto end_from = [&](size_t from) {
+        size_t end = std::min(prompt.size(), from + slice);
+        for (size_t m : marks)
+            if (m > from && m < end) return m;
+        return end;
+    };
     Prefill r;
-    r.reused = s.set_prompt(prompt.first(first));
-    for (size_t off = first; off < prompt.size() && !r.aborted; off += slice) {
-        r.aborted = aborted(o);
-        if (!r.aborted) s.append(prompt.subspan(off, std::min(slice, prompt.size() - off)));
+    size_t pos = end_from(static_cast<size_t>(s.reusable(prompt)));
+    r.reused = s.set_prompt(prompt.first(pos));
+    while (pos < prompt.size()) {
+        if (std::find(marks.begin(), marks.end(), pos) != marks.end()) s.checkpoint();
+        if ((r.aborted = aborted(o))) break;
+        const size_t end = end_from(pos);
+        s.append(prompt.subspan(pos, end - pos));
+        pos = end;
     }
     return r;
 }

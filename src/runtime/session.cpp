@@ -32,6 +32,24 @@ struct Session::Impl {
     int32_t fed_token = 0;
     int64_t fed_pos = -1;
     Stats stats;
+    // Copies of the recurrent state after the first n cached tokens (hybrid models).
+    struct Checkpoint {
+        size_t n = 0;
+        void* buf = nullptr;  // kept for reuse while invalid (no allocation per request)
+        bool valid = false;
+        uint64_t used = 0;  // last taken or restored, for least-recently-used replacement
+    };
+    std::vector<Checkpoint> checkpoints;
+    uint64_t checkpoint_uses = 0;
+    size_t checkpoint_bytes = 0;
+
+    // How set_prompt(prompt) gets to a prefix of it with at least one token left to evaluate:
+    // n cached tokens kept, by extending (rewinding) the cache or from checkpoint cp.
+    struct Resume {
+        size_t n = 0;
+        int cp = -1;
+    };
+    Resume resume(std::span<const int32_t> prompt) const;
 
     // The step graphs' keys: the state's address (operator new aligns it) plus the length band.
     static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= df::Backend::kGraphVariants);
@@ -43,9 +61,25 @@ struct Session::Impl {
     void eval(std::span<const int32_t> ids, float* all, bool decode);
 };
 
+Session::Impl::Resume Session::Impl::resume(std::span<const int32_t> prompt) const {
+    size_t p = 0;
+    while (p < tokens.size() && p < prompt.size() && tokens[p] == prompt[p]) ++p;
+    if (p == prompt.size()) --p;  // re-evaluate the last token so its logits are fresh
+    Resume r;
+    // Attention rewinds to any point; a recurrent state only goes on from where it is.
+    if (m->config().n_recurrent() == 0 || p == tokens.size()) r.n = p;
+    for (size_t i = 0; i < checkpoints.size(); ++i)
+        if (checkpoints[i].valid && checkpoints[i].n <= p && checkpoints[i].n > r.n) r = {checkpoints[i].n, static_cast<int>(i)};
+    return r;
+}
+
 void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) {
     const auto& c = m->config();
     if (ids.empty()) return;
+    // These tokens overwrite the attention layers' KV rows from here on: checkpoints after this
+    // point no longer match the cache.
+    for (auto& cp : checkpoints)
+        if (cp.n > tokens.size()) cp.valid = false;
     if (tokens.size() + ids.size() > static_cast<size_t>(st->ctx))
         throw Error("context full: " + std::to_string(tokens.size()) + " cached + " + std::to_string(ids.size()) +
                     " new tokens exceed the context of " + std::to_string(st->ctx) + " tokens (raise --ctx)");
@@ -158,6 +192,7 @@ Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
 
 Session::~Session() {
     if (impl_ && impl_->st) {
+        for (auto& cp : impl_->checkpoints) impl_->be->release(cp.buf);
         impl_->drop_graphs();
         impl_->m->free_state(*impl_->st);
     }
@@ -170,27 +205,71 @@ void Session::append(std::span<const int32_t> tokens, float* all_logits) {
 int Session::set_prompt(std::span<const int32_t> prompt) {
     auto& I = *impl_;
     if (prompt.empty()) throw Error("empty prompt");
-    size_t p = 0;
-    while (p < I.tokens.size() && p < prompt.size() && I.tokens[p] == prompt[p]) ++p;
-    const bool recurrent = I.m->config().n_recurrent() > 0;
-    if (p == prompt.size() && p == I.tokens.size() && I.logits_valid) {
-        I.stats.reused_tokens = static_cast<int64_t>(p);
-        return static_cast<int>(p);  // nothing new: the logits are already those of this prompt
+    if (I.logits_valid && prompt.size() == I.tokens.size() && std::equal(prompt.begin(), prompt.end(), I.tokens.begin())) {
+        I.stats.reused_tokens = static_cast<int64_t>(prompt.size());
+        return static_cast<int>(prompt.size());  // nothing new: the logits are already those of this prompt
     }
-    if (p == prompt.size()) --p;  // re-evaluate the last token so its logits are fresh
-    if (p < I.tokens.size()) {
-        if (recurrent) {
-            // A recurrent state cannot be rewound: restart from token 0.
-            reset();
-            p = 0;
+    const Impl::Resume r = I.resume(prompt);
+    if (r.cp >= 0) {
+        auto& cp = I.checkpoints[static_cast<size_t>(r.cp)];
+        I.m->load_recurrent(*I.st, cp.buf);
+        cp.used = ++I.checkpoint_uses;
+        I.tokens.resize(r.n);  // the cache still holds its first r.n tokens (checkpoints after a rewrite are dropped)
+        I.logits_valid = false;
+        I.fed_pos = -1;
+    } else if (r.n < I.tokens.size()) {
+        if (r.n == 0) {
+            reset();  // a recurrent state cannot be rewound: restart from token 0
         } else {
-            I.tokens.resize(p);  // attention-only: KV rows past p are overwritten later
+            I.tokens.resize(r.n);  // attention-only: KV rows past r.n are overwritten later
             I.logits_valid = false;
         }
     }
-    I.stats.reused_tokens = static_cast<int64_t>(p);
-    I.eval(prompt.subspan(p), nullptr, false);
-    return static_cast<int>(p);
+    I.stats.reused_tokens = static_cast<int64_t>(r.n);
+    I.eval(prompt.subspan(r.n), nullptr, false);
+    return static_cast<int>(r.n);
+}
+
+int Session::reusable(std::span<const int32_t> prompt) const {
+    const auto& I = *impl_;
+    if (prompt.empty()) return 0;
+    if (I.logits_valid && prompt.size() == I.tokens.size() && std::equal(prompt.begin(), prompt.end(), I.tokens.begin()))
+        return static_cast<int>(prompt.size());
+    return static_cast<int>(I.resume(prompt).n);
+}
+
+bool Session::checkpoint() {
+    auto& I = *impl_;
+    if (I.m->config().n_recurrent() == 0 || I.opt.checkpoints <= 0) return false;
+    for (auto& cp : I.checkpoints)
+        if (cp.valid && cp.n == I.tokens.size()) {  // the same point (a valid checkpoint matches the cache)
+            cp.used = ++I.checkpoint_uses;
+            return true;
+        }
+    auto invalid = std::find_if(I.checkpoints.begin(), I.checkpoints.end(), [](const auto& cp) { return !cp.valid; });
+    Impl::Checkpoint* slot = nullptr;
+    if (invalid != I.checkpoints.end()) {
+        slot = &*invalid;
+    } else if (I.checkpoints.size() < static_cast<size_t>(I.opt.checkpoints)) {
+        if (!I.checkpoint_bytes) I.checkpoint_bytes = I.m->recurrent_bytes();
+        Impl::Checkpoint cp;
+        try {
+            cp.buf = I.be->alloc(I.checkpoint_bytes, df::MemKind::state);
+        } catch (const std::exception& e) {
+            throw Error(std::string("cannot allocate a state checkpoint: ") + e.what());
+        }
+        I.st->state_bytes += I.checkpoint_bytes;
+        I.checkpoints.push_back(cp);
+        slot = &I.checkpoints.back();
+    } else {
+        slot = &*std::min_element(I.checkpoints.begin(), I.checkpoints.end(),
+                                  [](const auto& a, const auto& b) { return a.used < b.used; });
+    }
+    I.m->save_recurrent(*I.st, slot->buf);
+    slot->n = I.tokens.size();
+    slot->valid = true;
+    slot->used = ++I.checkpoint_uses;
+    return true;
 }
 
 int32_t Session::step(int32_t token) {

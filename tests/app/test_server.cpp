@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -253,12 +254,25 @@ TEST(Server, AConversationThatComesBackReusesItsSlot) {
         EXPECT_LT(cached(again), prompt_n(again) / 2) << "one slot: b replaced a's cache";
     }
     {
-        // A hybrid model cannot rewind: the follow-up turn extends the cache.
+        // A hybrid model cannot rewind, but resumes from the checkpoints generation keeps: the
+        // same prompt again, and the conversation re-sent with its answer (thinking dropped).
         Running h("q35_4L_iq2mix", options(1));
         const Reply first = post(h, "/v1/chat/completions", a);
         ASSERT_EQ(first.status, 200);
         const Reply same = post(h, "/v1/chat/completions", a);
-        EXPECT_EQ(cached(same), 0) << "the cache holds a's answer after its prompt: a hybrid restarts";
+        EXPECT_EQ(cached(same), prompt_n(same) - 1);
+        Json next = a;
+        next["messages"].push_back({{"role", "assistant"}, {"content", same.body["choices"][0]["message"]["content"]}});
+        next["messages"].push_back({{"role", "user"}, {"content", "And then?"}});
+        const Reply turn = post(h, "/v1/chat/completions", next);
+        ASSERT_EQ(turn.status, 200);
+        // Resumed just after the first prompt's last <|im_start|> (then "assistant\n<think>\n").
+        const auto m = model("q35_4L_iq2mix");
+        const auto p1 = diskformer::chat_prompt(*m, std::vector<diskformer::ChatMessage>{{"user", a["messages"][0]["content"], {}}});
+        ASSERT_EQ(static_cast<int>(p1.size()), prompt_n(first));
+        const auto last = std::find(p1.rbegin(), p1.rend(), m->tokenize("<|im_start|>", true).at(0));
+        EXPECT_EQ(cached(turn), p1.rend() - last);
+        EXPECT_LT(cached(turn), prompt_n(first));
     }
 }
 

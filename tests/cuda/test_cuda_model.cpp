@@ -5,11 +5,13 @@
 #include <filesystem>
 #include <optional>
 #include <regex>
+#include <span>
 
 #include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/kernels.h"
+#include "diskformer/diskformer.h"
 #include "common/golden.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
@@ -217,6 +219,57 @@ TEST(CudaModel, GraphAndEagerDecodeBitIdenticalWithAndWithoutPdl) {
         std::printf("[cuda golden] %-18s decode: eager/graph x PDL on/off bit-identical over %d steps\n", name.c_str(), steps);
     }
     cuda::set_pdl_enabled(pdl_default);
+}
+
+// A hybrid model's session resumes from a checkpoint of its recurrent state (device-to-device
+// copies) with the bits of a run cut at the same places, after graph-recorded decode steps
+// moved the state on (Session::checkpoint).
+TEST(CudaModel, CheckpointResumesWithTheBitsOfAnUnbrokenRun) {
+    DF_REQUIRE_CUDA();
+    int ran = 0;
+    for (const fs::path& path : golden_models()) {
+        const auto greedy = greedy_prompt(path);
+        if (!greedy || greedy->size() < 8) continue;
+        diskformer::ModelOptions mo;
+        mo.backend = diskformer::BackendKind::cuda;
+        auto model = diskformer::Model::load(path.string(), mo);
+        if (model->info().arch != "qwen35") continue;
+        SCOPED_TRACE(path.stem().string());
+        ++ran;
+        const std::vector<int32_t>& p = *greedy;
+        const size_t n = p.size(), c1 = n / 2, c2 = n - 1;
+        const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+            return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        diskformer::Session s(model, {.ctx = 512});
+        s.set_prompt(std::span(p).first(c1));
+        ASSERT_TRUE(s.checkpoint());
+        s.append(std::span(p).subspan(c1, c2 - c1));
+        ASSERT_TRUE(s.checkpoint());
+        s.append(std::span(p).subspan(c2));
+        const auto whole = s.logits();
+        int32_t t = s.argmax();
+        for (int i = 0; i < 6; ++i) t = s.step(t);
+        EXPECT_EQ(s.set_prompt(p), static_cast<int>(c2));
+        EXPECT_TRUE(bits_equal(s.logits(), whole)) << "the same prompt again";
+        std::vector<int32_t> other(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(c1 + 1));
+        other.push_back(p[0]);
+        other.push_back(p[1]);
+        EXPECT_EQ(s.set_prompt(other), static_cast<int>(c1));
+        diskformer::Session fresh(model, {.ctx = 512});
+        fresh.set_prompt(std::span(other).first(c1));
+        fresh.append(std::span(other).subspan(c1));
+        EXPECT_TRUE(bits_equal(s.logits(), fresh.logits())) << "departing between the checkpoints";
+        // Decode goes on from the restored state as from the fresh one (replayed graphs).
+        int32_t a = s.argmax(), b = fresh.argmax();
+        for (int i = 0; i < 8; ++i) {
+            ASSERT_EQ(a, b) << "step " << i;
+            a = s.step(a);
+            b = fresh.step(b);
+        }
+        EXPECT_TRUE(bits_equal(s.logits(), fresh.logits()));
+    }
+    if (!ran) GTEST_SKIP() << "no qwen35 golden model with a greedy prompt";
 }
 
 // A greedy continuation whose steps take their token and position from the previous step's

@@ -385,22 +385,108 @@ TEST(Chat, SecondTurnReusesTheCache) {
 }
 
 TEST(Chat, TemplateHistoryReusesUpToTheLastAnswer) {
-    // keep_reasoning = false re-renders the history as Qwen's template does: an attention-only
-    // model rewinds to the last answer, a hybrid one has to start over (and says so).
+    // keep_reasoning = false re-renders the history as Qwen's template does (the first answer
+    // without its thinking): an attention-only model rewinds to the last answer; a hybrid one
+    // resumes from the checkpoint generate() kept after the first prompt's last <|im_start|>.
     for (const char* name : {kQwen3, kQwen35}) {
         SCOPED_TRACE(name);
         dfm::Session s(model(name), {.ctx = 1024});
         dfm::Chat chat(s, {.system = {}, .thinking = dfm::Thinking::on, .keep_reasoning = false});
         GenerateOptions o;
         o.max_tokens = 6;
+        const auto first_prompt = chat.prompt_for("Hello there");
         const auto first = chat.send("Hello there", o);
         const auto second = chat.send("And again", o);
-        if (std::string(name) == kQwen3) {
-            EXPECT_GT(second.stats.reused_tokens, 0);
-            EXPECT_LT(second.stats.reused_tokens, first.stats.prompt_tokens);
-        } else {
-            EXPECT_EQ(second.stats.reused_tokens, 0);
+        EXPECT_GT(second.stats.reused_tokens, 0);
+        EXPECT_LT(second.stats.reused_tokens, first.stats.prompt_tokens);
+        if (std::string(name) == kQwen35) {
+            const int32_t im_start = model(name)->tokenize("<|im_start|>", true).at(0);
+            const auto last = std::find(first_prompt.rbegin(), first_prompt.rend(), im_start);
+            ASSERT_NE(last, first_prompt.rend());
+            EXPECT_EQ(second.stats.reused_tokens, first_prompt.rend() - last) << "just after the last <|im_start|>";
         }
+    }
+}
+
+// Hybrid models: checkpoints of the recurrent state (Session::checkpoint).
+std::vector<int32_t> long_prompt(const char* name) {
+    auto p = prompt_of(name, "A checkpoint keeps the recurrent state of every delta-net layer, so that a "
+                             "prompt which departs from the cache resumes instead of starting over.");
+    EXPECT_GE(p.size(), 36u);
+    return p;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+
+TEST(Checkpoint, ResumesWithTheBitsOfAnUnbrokenRun) {
+    const auto p = long_prompt(kQwen35);
+    const size_t n = p.size(), c1 = 20, c2 = n - 1;
+    auto first = std::span(p).first(c1);
+    dfm::Session s(model(kQwen35), {.ctx = 256});
+    s.set_prompt(first);
+    ASSERT_TRUE(s.checkpoint());
+    s.append(std::span(p).subspan(c1, c2 - c1));
+    ASSERT_TRUE(s.checkpoint());
+    s.append(std::span(p).subspan(c2));
+    const auto whole = s.logits();
+    const size_t state0 = s.stats().state_bytes;
+    int32_t t = s.argmax();
+    for (int i = 0; i < 6; ++i) t = s.step(t);  // the cache moves past the prompt
+
+    // The same prompt again: from the checkpoint before its last token, to the same bits.
+    EXPECT_EQ(s.reusable(p), static_cast<int>(c2));
+    EXPECT_EQ(s.set_prompt(p), static_cast<int>(c2));
+    EXPECT_TRUE(same_bits(s.logits(), whole));
+
+    // Departing between the two checkpoints: from the first, like a run cut at the same place.
+    std::vector<int32_t> other(p.begin(), p.begin() + c1 + 5);
+    for (int32_t id : prompt_of(kQwen35, " but not this time")) other.push_back(id);
+    EXPECT_EQ(s.set_prompt(other), static_cast<int>(c1));
+    dfm::Session fresh(model(kQwen35), {.ctx = 256});
+    fresh.set_prompt(first);
+    fresh.append(std::span(other).subspan(c1));
+    EXPECT_TRUE(same_bits(s.logits(), fresh.logits()));
+    EXPECT_EQ(s.stats().state_bytes, state0) << "checkpoints allocated once";
+
+    // That pass rewrote positions past c1: the later checkpoint is gone, the first remains.
+    EXPECT_EQ(s.reusable(p), static_cast<int>(c1));
+}
+
+TEST(Checkpoint, TheLeastRecentlyUsedIsReplacedAndZeroTurnsThemOff) {
+    const auto p = long_prompt(kQwen35);
+    dfm::Session one(model(kQwen35), {.ctx = 256, .checkpoints = 1});
+    one.set_prompt(std::span(p).first(10));
+    ASSERT_TRUE(one.checkpoint());
+    one.append(std::span(p).subspan(10, 10));
+    ASSERT_TRUE(one.checkpoint());  // replaces the one at 10
+    one.append(std::span(p).subspan(20));
+    std::vector<int32_t> at15(p.begin(), p.begin() + 15);
+    at15.push_back(p[0]);
+    EXPECT_EQ(one.reusable(at15), 0);
+    EXPECT_EQ(one.reusable(std::span(p).first(25)), 20);
+
+    dfm::Session off(model(kQwen35), {.ctx = 256, .checkpoints = 0});
+    off.set_prompt(p);
+    EXPECT_FALSE(off.checkpoint());
+    dfm::Session attention(model(kQwen3), {.ctx = 256});
+    attention.set_prompt(prompt_of(kQwen3));
+    EXPECT_FALSE(attention.checkpoint()) << "attention-only models rewind without one";
+}
+
+TEST(Checkpoint, GenerateKeepsThemSoTheSamePromptAgainResumes) {
+    for (const char* name : {kQwen3, kQwen35}) {
+        SCOPED_TRACE(name);
+        const auto p = long_prompt(name);
+        dfm::Session s(model(name), {.ctx = 256});
+        GenerateOptions o;
+        o.max_tokens = 10;
+        const auto a = dfm::generate(s, p, o);
+        const auto b = dfm::generate(s, p, o);
+        EXPECT_EQ(b.stats.reused_tokens, static_cast<int64_t>(p.size()) - 1);
+        EXPECT_EQ(a.tokens, b.tokens);
+        ASSERT_EQ(a.tokens.size(), 10u);
     }
 }
 
