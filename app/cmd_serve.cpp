@@ -24,7 +24,7 @@ struct ServeArgs {
     df::server::ServerOptions server;
     int max_tokens = -1;
     float temperature = 0, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1, presence_penalty = 0;
-    int top_k = 40, repeat_last_n = 64;
+    int top_k = 40, repeat_last_n = 64, draft = 0;
 };
 
 void serve(ServeArgs& a) {
@@ -47,6 +47,7 @@ void serve(ServeArgs& a) {
     o.defaults.repeat_penalty = a.repeat_penalty;
     o.defaults.presence_penalty = a.presence_penalty;
     o.defaults.penalty_window = a.repeat_last_n;
+    o.defaults.draft = a.draft;
 
     auto model = diskformer::Model::load(a.model.path, a.model.model_options());
     df::server::Server server(model, o);
@@ -97,5 +98,7 @@ void register_serve(CLI::App& app) {
     cmd->add_option("--repeat-last-n", a->repeat_last_n, "how many recent tokens the penalties see")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--draft", a->draft, "default draft: speculative decoding by prompt lookup for greedy requests (0: off)")
+        ->check(CLI::Range(0, 64));
     cmd->callback([a] { serve(*a); });
 }

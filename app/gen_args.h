@@ -16,7 +16,7 @@ struct GenArgs {
     std::string system;
     bool think = false, no_think = false, hide_think = false;
     float temperature = 0, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1, presence_penalty = 0;
-    int top_k = 40, repeat_last_n = 64;
+    int top_k = 40, repeat_last_n = 64, draft = 0;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
 
@@ -37,6 +37,10 @@ struct GenArgs {
         cmd.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens the penalties see")->capture_default_str()->check(CLI::NonNegativeNumber);
         cmd.add_option("--seed", seed, "sampling seed (default: random, printed with the stats)");
         cmd.add_option("--stop", stop, "stop before this text (repeatable)");
+        cmd.add_option("--draft", draft,
+                       "speculative decoding by prompt lookup, greedy only: verify up to N drafted tokens per pass "
+                       "(the same answer, faster where text repeats; 0: off)")
+            ->check(CLI::Range(0, 64));
     }
 
     diskformer::Thinking thinking() const {
@@ -57,6 +61,7 @@ struct GenArgs {
         o.presence_penalty = presence_penalty;
         o.penalty_window = repeat_last_n;
         o.seed = *seed;
+        o.draft = draft;
         return o;
     }
 };

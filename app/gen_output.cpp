@@ -120,6 +120,9 @@ std::string stats_line(const diskformer::GenerateResult& r, const diskformer::Ge
         line += fmt::format(" · first token {:.0f} ms · {} tokens", s.ttft_ms, s.generated_tokens);
         if (s.decode_tok_s() > 0) line += fmt::format(" at {:.1f} tok/s", s.decode_tok_s());
     }
+    if (s.drafted_tokens > 0)
+        line += fmt::format(" · drafts {} of {} kept ({:.0f} %)", s.accepted_tokens, s.drafted_tokens,
+                            100.0 * static_cast<double>(s.accepted_tokens) / static_cast<double>(s.drafted_tokens));
     line += fmt::format(" · stopped: {}", diskformer::to_string(r.stop));
     if (o.temperature > 0) line += fmt::format(" · seed {}", o.seed);
     return line;

@@ -12,6 +12,7 @@
 #        phases: info tests sanitize golden eval bench-kernels profile bench-models step-profile prefill-profile
 #                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
 #                serve (the HTTP server on CUDA, checked by scripts/serve_check.py)
+#                spec (speculative decoding by prompt lookup: same text, rate with drafts 0 / 3 / 7)
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
 #                PREFILL_PROFILE="preset:tokens ..." overrides)
@@ -150,6 +151,20 @@ PY
             wait $srv
             echo "serve exited with $? (0: a clean stop)"
             tail -n 12 "$out/serve-$p.log"
+        done
+        ;; esac
+    case ",$phases," in *,spec,*)
+        # Random weights fall into loops: prompt lookup drafts them well (a best case, not a forecast).
+        local p d
+        for p in ${SPEC_PRESETS:-qwen3-4b-q8_0 saluki-27b-iq2mix}; do
+            echo "== speculative decoding by prompt lookup on CUDA ($p): the same text, the rate"
+            [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+            for d in 0 3 7; do
+                $D run -m "/tmp/$p.gguf" --backend cuda --no-think -p "one two three, one two three, one two" -n 512 \
+                    --draft $d >"/tmp/spec-$d.txt" 2>"$out/spec-$p-$d.log"
+                echo "draft $d: $(tail -n 1 "$out/spec-$p-$d.log")"
+                cmp -s /tmp/spec-0.txt "/tmp/spec-$d.txt" && echo "  same text as without drafts" || echo "  TEXT DIFFERS"
+            done
         done
         ;; esac
     case ",$phases," in *,bench-kernels,*)

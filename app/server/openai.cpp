@@ -129,6 +129,11 @@ void parse_common(const Json& body, Request& r, const diskformer::GenerateOption
         else
             add(*v);
     }
+    if (const Json* v = field(body, "draft")) {  // extension: speculative decoding (greedy requests)
+        const int64_t d = integer(*v, "draft");
+        if (d < 0 || d > 64) bad("draft must be between 0 (off) and 64, got " + std::to_string(d), "draft");
+        r.gen.draft = static_cast<int>(d);
+    }
     if (const Json* v = field(body, "n")) refuse_unless(integer(*v, "n") == 1, "n", "only one choice per request is supported");
     if (const Json* v = field(body, "best_of")) refuse_unless(integer(*v, "best_of") == 1, "best_of", "not supported");
     if (const Json* v = field(body, "logit_bias"))
@@ -262,6 +267,8 @@ Json usage_json(const diskformer::GenerateStats& s) {
 
 Json timings_json(const diskformer::GenerateStats& s) {
     return {{"cache_n", s.reused_tokens},
+            {"draft_n", s.drafted_tokens},
+            {"draft_n_accepted", s.accepted_tokens},
             {"prompt_n", s.prompt_tokens - s.reused_tokens},
             {"prompt_ms", s.prefill_ms},
             {"prompt_per_second", s.prefill_tok_s()},

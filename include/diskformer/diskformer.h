@@ -115,6 +115,15 @@ public:
     // Appends one token and returns the argmax of the next-token logits.
     int32_t step(int32_t token);
 
+    // Greedy speculative decoding: evaluates `token` and then `draft` (a guess at what follows)
+    // in one pass, and keeps `token` and the longest prefix of `draft` that greedy decoding
+    // would have produced (a hybrid model restores its recurrent state and re-evaluates the
+    // kept tokens). Returns how many draft tokens were kept; argmax() is then the greedy choice
+    // after the last kept one. Lossless: a pass of up to max_draft() + 1 tokens gives each
+    // token the bits of one-token steps (DESIGN.md, numerics). Drafts past max_draft() are cut.
+    int verify(int32_t token, std::span<const int32_t> draft);
+    int max_draft() const;  // 7, or fewer when the chunk is smaller than 8 tokens
+
     int32_t argmax() const;                  // of the last evaluated position
     std::vector<float> logits() const;       // of the last evaluated position
     void reset();

@@ -32,6 +32,11 @@ struct GenerateOptions {
     float presence_penalty = 0;      // recent tokens: logit − this (0: off)
     int penalty_window = 64;         // how many recent tokens (prompt included) the penalties see
     uint64_t seed = 0;               // same seed, options and prompt: same tokens
+    // Speculative decoding by prompt lookup, for greedy decoding (temperature 0, no penalties):
+    // when the last tokens occurred earlier in the prompt or the answer, up to this many of the
+    // tokens that followed them are verified in one pass (Session::verify). The answer is the
+    // same token for token; only the time changes. 0: off.
+    int draft = 0;
     // Checked between tokens and between prompt chunks; set it from any thread or a signal
     // handler to end generation early (StopReason::aborted). Not cleared by generate().
     const std::atomic<bool>* abort = nullptr;
@@ -59,6 +64,8 @@ struct GenerateStats {
     double prefill_ms = 0;         // evaluating the prompt tokens that were not reused
     double ttft_ms = 0;            // time to first token: from the call until it was chosen
     double decode_ms = 0;          // from the first new token to the last
+    int64_t drafted_tokens = 0;    // speculative decoding: tokens proposed
+    int64_t accepted_tokens = 0;   // ... and kept (each saved a forward pass)
     // Prompt tokens evaluated per second (0 when all were reused).
     double prefill_tok_s() const {
         return prefill_ms > 0 ? (prompt_tokens - reused_tokens) * 1e3 / prefill_ms : 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 
 #include "model/arch.h"
 
@@ -102,7 +104,7 @@ std::unique_ptr<State> Model::new_state(int ctx, int chunk, KvType kv_type, bool
     st->small = f32(T * small);
     st->small2 = f32(T * small);
     st->attn = f32(T * attn);
-    st->logits = f32((all_logits ? T : 1) * static_cast<size_t>(c.n_vocab));
+    st->logits = f32((all_logits ? T : std::min<size_t>(T, kVerifyRows)) * static_cast<size_t>(c.n_vocab));
     st->tokens = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
     st->pos = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
     st->argmax = static_cast<int32_t*>(be.alloc_host_visible(sizeof(int32_t) * T, MemKind::scratch));
@@ -160,6 +162,8 @@ void Model::load_recurrent(State& st, const void* src) const {
 }
 
 void Model::forward(State& st, const Step& s, Output out) const {
+    if (out == Output::all && !st.all_logits && s.T > kVerifyRows)
+        throw std::invalid_argument("forward: logits of every row need all_logits past " + std::to_string(kVerifyRows) + " tokens");
     find_arch(config_.arch)->forward(*this, st, s, out);
 }
 

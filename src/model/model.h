@@ -28,6 +28,10 @@ struct Weights {
 };
 
 // What a forward pass leaves behind.
+// Rows of logits a state holds without all_logits: a verify pass (Output::all) of up to this many
+// tokens fits, the limit up to which passes are batch-invariant (DESIGN.md, numerics).
+inline constexpr int kVerifyRows = 8;
+
 enum class Output : uint8_t {
     none,      // only the caches advance (a prompt chunk that is not the last)
     last,      // logits (+ argmax) of the last token

@@ -1,9 +1,11 @@
 // The generation loop: prefill (abortable, reusing the cache), then sample → stream → step.
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <string>
 
 #include "diskformer/generate.h"
+#include "runtime/draft.h"
 #include "runtime/model_impl.h"
 #include "runtime/sampling.h"
 #include "runtime/text_stream.h"
@@ -119,13 +121,25 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     const size_t window = static_cast<size_t>(options.penalty_window);
     std::vector<int32_t> recent(prompt.end() - std::min(prompt.size(), window), prompt.end());
     int32_t greedy_next = sampler.is_plain_greedy() ? session.argmax() : -1;
+    // Speculation: prompt + answer (the drafts' source), and the draft tokens a verify pass
+    // kept, already evaluated, to be emitted before the next choice.
+    const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0;
+    std::vector<int32_t> context;
+    if (speculate) context.assign(prompt.begin(), prompt.end());
+    std::deque<int32_t> kept;
+    int skip = 0, backoff = 0;  // after a draft that kept nothing, plain steps for a while
     Clock::time_point t_first;
     for (;;) {
+        const bool evaluated = !kept.empty();
         int32_t id = greedy_next;
-        if (id < 0) {
+        if (evaluated) {
+            id = kept.front();
+            kept.pop_front();
+        } else if (id < 0) {
             std::vector<float> logits = session.logits();
             id = sampler.sample(logits, recent);
         }
+        if (speculate) context.push_back(id);
         if (r.tokens.empty()) {
             t_first = Clock::now();
             r.stats.ttft_ms = ms_between(t0, t_first);
@@ -137,9 +151,11 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         }
 
         bool end = true;
+        // Tokens evaluated before this one (a kept draft token is in the cache already).
+        const size_t before = prompt.size() + r.tokens.size() - 1;
         if (tok.is_eog(id)) r.stop = StopReason::end_token;
         else if (options.max_tokens >= 0 && r.tokens.size() >= static_cast<size_t>(options.max_tokens)) r.stop = StopReason::max_tokens;
-        else if (session.n_cached() >= session.n_ctx()) r.stop = StopReason::context_full;
+        else if (before >= static_cast<size_t>(session.n_ctx())) r.stop = StopReason::context_full;
         else if (aborted(options)) r.stop = StopReason::aborted;
         else end = false;
         const TextStream::Out out = text.push(id, end);
@@ -150,11 +166,42 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         (out.part == Part::reasoning ? r.reasoning : r.text) += out.text;
         if (on_piece) on_piece(Piece{out.text, out.part, id, end});
         if (end) break;
-        const int32_t next = session.step(id);
-        greedy_next = sampler.is_plain_greedy() ? next : -1;
+        if (evaluated) continue;  // its successor is the next kept token, or the pass's argmax
+        std::vector<int32_t> guess;
+        if (speculate && skip > 0) {
+            --skip;
+        } else if (speculate) {
+            // Room: the pass must fit the context, and every kept token plus the next choice
+            // within max_tokens (so the cache never runs past the answer); no end token inside.
+            size_t room = std::min<size_t>(static_cast<size_t>(options.draft),
+                                           static_cast<size_t>(session.n_ctx() - session.n_cached() - 1));
+            if (options.max_tokens >= 0) room = std::min(room, static_cast<size_t>(options.max_tokens) - r.tokens.size() - 1);
+            guess = draft::prompt_lookup(context, static_cast<int>(std::min<size_t>(room, 64)));
+            guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
+        }
+        if (guess.empty()) {
+            greedy_next = session.step(id);
+            if (!sampler.is_plain_greedy()) greedy_next = -1;
+            continue;
+        }
+        const int n_kept = session.verify(id, guess);
+        r.stats.drafted_tokens += std::min<int64_t>(static_cast<int64_t>(guess.size()), session.max_draft());
+        r.stats.accepted_tokens += n_kept;
+        kept.assign(guess.begin(), guess.begin() + n_kept);
+        greedy_next = session.argmax();
+        if (n_kept == 0) skip = backoff = std::min(2 * backoff + 1, 16);
+        else backoff = 0;
     }
     r.stats.generated_tokens = static_cast<int64_t>(r.tokens.size());
     r.stats.decode_ms = ms_between(t_first, Clock::now());
+    // A stop string may end the answer inside the tokens a verify pass kept: leave the cache
+    // holding the prompt and every generated token but the last, as without speculation.
+    const size_t want = prompt.size() + r.tokens.size() - 1;
+    if (speculate && static_cast<size_t>(session.n_cached()) > want) {
+        std::vector<int32_t> held(prompt.begin(), prompt.end());
+        held.insert(held.end(), r.tokens.begin(), r.tokens.end() - 1);
+        session.set_prompt(held);
+    }
     return r;
 }
 

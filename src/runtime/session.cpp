@@ -51,14 +51,20 @@ struct Session::Impl {
     };
     Resume resume(std::span<const int32_t> prompt) const;
 
-    // The step graphs' keys: the state's address (operator new aligns it) plus the length band.
+    // The step graphs' keys: the state's address (operator new aligns it) plus the length band,
+    // and for verify passes their length in the top byte (above any address).
     static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= df::Backend::kGraphVariants);
-    uint64_t graph_key(int variant = 0) const { return reinterpret_cast<uintptr_t>(st.get()) + variant; }
-    void drop_graphs() {
-        for (int v = 0; v < df::Backend::kGraphVariants; ++v) be->drop_capture(graph_key(v));
+    uint64_t graph_key(int variant = 0, int T = 1) const {
+        return (reinterpret_cast<uintptr_t>(st.get()) + variant) ^ (T > 1 ? uint64_t(T) << 56 : 0);
     }
-    // Evaluates `ids` after the cache; `all` receives every position's logits when given.
-    void eval(std::span<const int32_t> ids, float* all, bool decode);
+    void drop_graphs() {
+        for (int T = 1; T <= df::model::kVerifyRows; ++T)
+            for (int v = 0; v < df::Backend::kGraphVariants; ++v) be->drop_capture(graph_key(v, T));
+    }
+    // Evaluates `ids` after the cache; `all` receives every position's logits when given. rows:
+    // one verify pass (ids.size() <= kVerifyRows), the logits and argmax of every row kept.
+    void eval(std::span<const int32_t> ids, float* all, bool decode, bool rows = false);
+    void* spec_state = nullptr;  // the recurrent state before a verify pass (hybrid models)
 };
 
 Session::Impl::Resume Session::Impl::resume(std::span<const int32_t> prompt) const {
@@ -73,7 +79,7 @@ Session::Impl::Resume Session::Impl::resume(std::span<const int32_t> prompt) con
     return r;
 }
 
-void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) {
+void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode, bool rows) {
     const auto& c = m->config();
     if (ids.empty()) return;
     // These tokens overwrite the attention layers' KV rows from here on: checkpoints after this
@@ -95,7 +101,7 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
         drop_graphs();  // the recorded steps point at the old buffer
         auto it = std::find(st->owned.begin(), st->owned.end(), static_cast<void*>(st->logits));
         be->release(st->logits);
-        st->scratch_bytes -= sizeof(float) * c.n_vocab;
+        st->scratch_bytes -= sizeof(float) * std::min(st->chunk, df::model::kVerifyRows) * static_cast<size_t>(c.n_vocab);
         const size_t bytes = sizeof(float) * step * static_cast<size_t>(c.n_vocab);
         st->logits = static_cast<float*>(be->alloc(bytes, df::MemKind::scratch));
         *it = st->logits;
@@ -122,16 +128,17 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
         s.pos = st->pos;
         s.pos0_hint = static_cast<int>(tokens.size());
         s.max_ctx = st->ctx;
-        const auto out = all ? df::model::Output::all : last_chunk ? df::model::Output::last : df::model::Output::none;
+        const auto out = all || rows ? df::model::Output::all : last_chunk ? df::model::Output::last : df::model::Output::none;
         logits_valid = false;
-        if (decode && T == 1 && out == df::model::Output::last) {
-            // A decode step has the same shape every time and reads its token and position from
-            // backend memory: record it once, replay it afterwards (CUDA graphs; a no-op on CPU).
+        if ((decode && T == 1 && out == df::model::Output::last) || rows) {
+            // A decode step (or a verify pass of T tokens) has the same shape every time and
+            // reads its tokens and positions from backend memory: record it once, replay it
+            // afterwards (CUDA graphs; a no-op on CPU).
             const int variant = be->graph_variant(s);
             if (variant < 0 || variant >= df::Backend::kGraphVariants)
                 throw Error("backend returned graph variant " + std::to_string(variant) + " (0.." +
                             std::to_string(df::Backend::kGraphVariants - 1) + " expected)");
-            const uint64_t key = graph_key(variant);
+            const uint64_t key = graph_key(variant, T);
             if (!be->replay(key)) {
                 const bool recording = be->begin_capture(key);
                 m->forward(*st, s, out);
@@ -147,7 +154,7 @@ void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode) 
             be->download(all + off * c.n_vocab, st->logits, sizeof(float) * T * static_cast<size_t>(c.n_vocab));
             last_row = T - 1;
         } else {
-            last_row = 0;
+            last_row = rows ? T - 1 : 0;
         }
         tokens.insert(tokens.end(), ids.begin() + off, ids.begin() + off + T);
         off += T;
@@ -193,6 +200,7 @@ Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
 Session::~Session() {
     if (impl_ && impl_->st) {
         for (auto& cp : impl_->checkpoints) impl_->be->release(cp.buf);
+        if (impl_->spec_state) impl_->be->release(impl_->spec_state);
         impl_->drop_graphs();
         impl_->m->free_state(*impl_->st);
     }
@@ -275,6 +283,53 @@ bool Session::checkpoint() {
 int32_t Session::step(int32_t token) {
     impl_->eval(std::span<const int32_t>(&token, 1), nullptr, true);
     return argmax();
+}
+
+int Session::max_draft() const { return std::min(impl_->st->chunk, df::model::kVerifyRows) - 1; }
+
+int Session::verify(int32_t token, std::span<const int32_t> draft) {
+    auto& I = *impl_;
+    draft = draft.first(std::min(draft.size(), static_cast<size_t>(std::max(0, max_draft()))));
+    if (draft.empty()) {
+        step(token);
+        return 0;
+    }
+    std::vector<int32_t> ids(1, token);
+    ids.insert(ids.end(), draft.begin(), draft.end());
+    const bool recurrent = I.m->config().n_recurrent() > 0;
+    if (recurrent) {
+        if (!I.spec_state) {
+            const size_t bytes = I.m->recurrent_bytes();
+            try {
+                I.spec_state = I.be->alloc(bytes, df::MemKind::state);
+            } catch (const std::exception& e) {
+                throw Error(std::string("cannot allocate the speculation state copy: ") + e.what());
+            }
+            I.st->state_bytes += bytes;
+        }
+        I.m->save_recurrent(*I.st, I.spec_state);
+    }
+    const size_t base = I.tokens.size();
+    const int64_t counted = I.stats.decode_tokens;
+    I.eval(ids, nullptr, true, /*rows=*/true);
+    // Row i's argmax (host-visible, synchronized) is the greedy choice after ids[0..i].
+    size_t kept = 0;
+    while (kept < draft.size() && draft[kept] == I.st->argmax[kept]) ++kept;
+    if (kept < draft.size()) {
+        I.fed_pos = -1;  // the pass fed its last row's choice, not the kept one's
+        if (recurrent) {
+            // The state ran through the rejected tokens: restore it and run the kept ones again
+            // (a pass of <= 8 tokens: the same bits as the verify pass gave them).
+            I.m->load_recurrent(*I.st, I.spec_state);
+            I.tokens.resize(base);
+            I.eval(std::span(ids).first(kept + 1), nullptr, true, /*rows=*/kept > 0);
+        } else {
+            I.tokens.resize(base + kept + 1);  // KV rows past it are overwritten later
+            I.last_row = static_cast<int64_t>(kept);
+        }
+    }
+    I.stats.decode_tokens = counted + static_cast<int64_t>(kept + 1);  // tokens kept, not evaluated
+    return static_cast<int>(kept);
 }
 
 int32_t Session::argmax() const {

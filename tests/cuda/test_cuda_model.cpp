@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <utility>
 #include <regex>
 #include <span>
 
@@ -219,6 +220,48 @@ TEST(CudaModel, GraphAndEagerDecodeBitIdenticalWithAndWithoutPdl) {
         std::printf("[cuda golden] %-18s decode: eager/graph x PDL on/off bit-identical over %d steps\n", name.c_str(), steps);
     }
     cuda::set_pdl_enabled(pdl_default);
+}
+
+// Speculative verification on the GPU: a pass of up to 8 tokens (recorded as a graph per length,
+// then replayed) keeps the longest agreeing prefix of a draft with the bits of one-token steps,
+// on every golden model (a hybrid one restores its recurrent state and re-runs the kept tokens).
+TEST(CudaModel, VerifyKeepsWhatGreedyStepsWouldProduce) {
+    DF_REQUIRE_CUDA();
+    for (const fs::path& path : golden_models()) {
+        const auto greedy = greedy_prompt(path);
+        if (!greedy) continue;
+        SCOPED_TRACE(path.stem().string());
+        diskformer::ModelOptions mo;
+        mo.backend = diskformer::BackendKind::cuda;
+        auto model = diskformer::Model::load(path.string(), mo);
+        const std::vector<int32_t> prompt(greedy->begin(), greedy->begin() + std::min<size_t>(greedy->size(), 16));
+        diskformer::Session steps(model, {.ctx = 512});
+        steps.set_prompt(prompt);
+        std::vector<int32_t> g{steps.argmax()};
+        std::vector<std::vector<float>> logits;
+        for (int i = 0; i < 24; ++i) {
+            g.push_back(steps.step(g.back()));
+            logits.push_back(steps.logits());
+        }
+        const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+            return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        diskformer::Session s(model, {.ctx = 512});
+        s.set_prompt(prompt);
+        ASSERT_EQ(s.max_draft(), 7);
+        // Passes of 8, 3 (two kept of three), 5 and 1 + 7 tokens again (replays), each checked.
+        size_t at = 0;  // g[at] is the next token to feed
+        for (const auto& [len, right] : std::vector<std::pair<size_t, size_t>>{{7, 7}, {3, 2}, {4, 4}, {7, 0}, {7, 7}}) {
+            std::vector<int32_t> draft(g.begin() + static_cast<std::ptrdiff_t>(at + 1), g.begin() + static_cast<std::ptrdiff_t>(at + 1 + len));
+            if (right < len) draft[right] ^= 1;
+            ASSERT_EQ(s.verify(g[at], draft), static_cast<int>(right)) << "at " << at;
+            at += right + 1;
+            ASSERT_EQ(s.argmax(), g[at]) << "at " << at;
+            EXPECT_TRUE(same(s.logits(), logits[at - 1])) << "logits after g[" << at - 1 << "]";
+        }
+        EXPECT_EQ(s.step(g[at]), g[at + 1]);
+        EXPECT_TRUE(same(s.logits(), logits[at]));
+    }
 }
 
 // A hybrid model's session resumes from a checkpoint of its recurrent state (device-to-device

@@ -502,6 +502,87 @@ TEST(Chat, UserTextCannotInjectControlTokens) {
               std::count(injected.begin(), injected.end(), im_start[0]));
 }
 
+// Speculative decoding: Session::verify keeps the longest prefix of a draft that greedy
+// decoding would produce, with the bits of one-token steps; generate() with drafts gives the
+// same answer token for token.
+TEST_P(Generate, VerifyKeepsWhatGreedyStepsWouldProduce) {
+    const auto prompt = prompt_of(GetParam());
+    dfm::Session steps(model(GetParam()), {.ctx = 256});
+    steps.set_prompt(prompt);
+    std::vector<int32_t> g{steps.argmax()};  // the greedy continuation
+    std::vector<std::vector<float>> logits;  // after each of g[0..]
+    for (int i = 0; i < 7; ++i) {
+        g.push_back(steps.step(g.back()));
+        logits.push_back(steps.logits());
+    }
+    dfm::Session s(model(GetParam()), {.ctx = 256});
+    s.set_prompt(prompt);
+    ASSERT_EQ(s.max_draft(), 7);
+    // g[1], g[2] right, then a wrong guess: two kept, the next choice is g[3].
+    std::vector<int32_t> draft = {g[1], g[2], g[3] ^ 1, g[4]};
+    EXPECT_EQ(s.verify(g[0], draft), 2);
+    EXPECT_EQ(s.argmax(), g[3]);
+    EXPECT_EQ(s.n_cached(), static_cast<int>(prompt.size()) + 3);
+    EXPECT_EQ(0, std::memcmp(s.logits().data(), logits[2].data(), logits[2].size() * sizeof(float)));
+    // A draft that is all right: all kept; then a plain step goes on from there.
+    EXPECT_EQ(s.verify(g[3], std::vector<int32_t>{g[4], g[5]}), 2);
+    EXPECT_EQ(s.argmax(), g[6]);
+    EXPECT_EQ(0, std::memcmp(s.logits().data(), logits[5].data(), logits[5].size() * sizeof(float)));
+    EXPECT_EQ(s.step(g[6]), g[7]);
+    EXPECT_EQ(0, std::memcmp(s.logits().data(), logits[6].data(), logits[6].size() * sizeof(float)));
+    // Nothing right: only the token itself is kept.
+    dfm::Session w(model(GetParam()), {.ctx = 256});
+    w.set_prompt(prompt);
+    EXPECT_EQ(w.verify(g[0], std::vector<int32_t>{g[1] ^ 1, g[2]}), 0);
+    EXPECT_EQ(w.argmax(), g[1]);
+    EXPECT_EQ(w.n_cached(), static_cast<int>(prompt.size()) + 1);
+    EXPECT_EQ(0, std::memcmp(w.logits().data(), logits[0].data(), logits[0].size() * sizeof(float)));
+}
+
+TEST_P(Generate, DraftsGiveTheSameAnswer) {
+    // The tiny random models fall into loops, where prompt lookup drafts well.
+    const auto prompt = prompt_of(GetParam(), "one two three, one two three, one two three, one two");
+    GenerateOptions plain;
+    plain.max_tokens = 160;
+    dfm::Session a(model(GetParam()), {.ctx = 512});
+    const auto want = dfm::generate(a, prompt, plain);
+    for (const int d : {1, 3, 7, 20}) {
+        SCOPED_TRACE(d);
+        GenerateOptions o = plain;
+        o.draft = d;
+        dfm::Session s(model(GetParam()), {.ctx = 512});
+        const auto got = dfm::generate(s, prompt, o);
+        EXPECT_EQ(got.tokens, want.tokens);
+        EXPECT_EQ(got.text, want.text);
+        EXPECT_EQ(got.reasoning, want.reasoning);
+        EXPECT_EQ(got.stop, want.stop);
+        EXPECT_LE(got.stats.accepted_tokens, got.stats.drafted_tokens);
+        EXPECT_EQ(s.n_cached(), static_cast<int>(prompt.size() + got.tokens.size()) - 1);
+        if (std::string(GetParam()) == kQwen3) {
+            EXPECT_GT(got.stats.accepted_tokens, 20) << "the loop should be drafted";
+        }
+    }
+}
+
+TEST(Speculative, AStopStringInsideKeptTokensLeavesTheCacheAsWithout) {
+    const auto prompt = prompt_of(kQwen3, "one two three, one two three, one two three, one two");
+    GenerateOptions o;
+    o.max_tokens = 160;
+    dfm::Session a(model(kQwen3), {.ctx = 512});
+    const auto full = dfm::generate(a, prompt, o);
+    ASSERT_GT(full.text.size(), 60u);
+    o.stop = {full.text.substr(50, 6)};  // somewhere in the loop
+    o.draft = 7;
+    dfm::Session s(model(kQwen3), {.ctx = 512});
+    const auto r = dfm::generate(s, prompt, o);
+    EXPECT_EQ(r.stop, dfm::StopReason::stop_string);
+    EXPECT_EQ(r.text, full.text.substr(0, full.text.find(o.stop[0])));
+    EXPECT_EQ(s.n_cached(), static_cast<int>(prompt.size() + r.tokens.size()) - 1);
+    std::vector<int32_t> held(prompt);
+    held.insert(held.end(), r.tokens.begin(), r.tokens.end() - 1);
+    EXPECT_EQ(s.tokens(), held);
+}
+
 }  // namespace
 
 TEST_P(Generate, VerifySizedPassesEqualStepsBitForBit) {
