@@ -62,6 +62,14 @@ struct Server::Impl {
         if (opt.slots < 1) throw Error("serve: --slots must be at least 1");
         for (int i = 0; i < opt.slots; ++i) slots.push_back({std::make_unique<Session>(model, opt.session), 0});
         n_ctx = slots[0].session->n_ctx();
+        // The first passes load kernels and record the decode graph (CUDA): now, not in the
+        // first request's time to first token.
+        for (auto& s : slots) {
+            s.session->set_prompt(std::vector<int32_t>{0});
+            s.session->step(s.session->argmax());
+            s.session->reset();
+            s.session->reset_stats();
+        }
         routes();
     }
 
