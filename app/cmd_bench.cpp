@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@ struct BenchArgs {
     double bw = 0;  // GB/s; 0 = measure
     bool json = false;
     bool ctx_given = false;
+    std::vector<int> verify;  // verify pass lengths to time (speculative decoding's cost)
 };
 
 struct Spread {
@@ -91,19 +93,53 @@ void run(const BenchArgs& a) {
     // decode_rates: the session's own count (from each step's inputs to its logits); wall_rates:
     // the caller's loop, each token's id read back too (what a generation loop sees).
     std::vector<double> decode_rates, wall_rates;
+    std::vector<int32_t> greedy;  // the decoded continuation, for the verify passes
+    const auto ids = random_ids(decode_prompt, info.n_vocab, 7);
     if (a.n_gen > 0) {
-        const auto ids = random_ids(decode_prompt, info.n_vocab, 7);
         for (int r = 0; r < a.reps; ++r) {
             s.reset();
             s.append(ids);
             s.reset_stats();
             int32_t t = s.argmax();
+            greedy.assign(1, t);
             const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < a.n_gen; ++i) t = s.step(t);
+            for (int i = 0; i < a.n_gen; ++i) greedy.push_back(t = s.step(t));
             const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             decode_rates.push_back(s.stats().decode_tok_s());
             wall_rates.push_back(sec > 0 ? a.n_gen / sec : 0);
         }
+    }
+
+    // Verify passes of T tokens fed the decoded continuation itself, so every draft is kept:
+    // what a pass costs against a one-token step, the break-even for speculative decoding. A
+    // draft token that is not kept means a pass disagreed with the steps (not lossless): an error.
+    nlohmann::json verify = nlohmann::json::array();
+    std::vector<std::string> verify_lines;
+    const double step_ms = decode_rates.empty() ? 0 : 1e3 / spread(decode_rates).median;
+    for (int T : a.verify) {
+        if (T < 2 || T - 1 > s.max_draft())
+            throw diskformer::Error("bench: --verify lengths must be 2.." + std::to_string(s.max_draft() + 1));
+        if (greedy.size() < static_cast<size_t>(2 * T)) throw diskformer::Error("bench: --verify needs -n of at least 2 passes");
+        std::vector<double> pass_ms;
+        for (int r = 0; r < a.reps; ++r) {
+            s.reset();
+            s.append(ids);
+            int passes = 0;
+            const auto t0 = std::chrono::steady_clock::now();
+            for (size_t at = 0; at + static_cast<size_t>(T) < greedy.size(); at += static_cast<size_t>(T), ++passes) {
+                const auto draft = std::span(greedy).subspan(at + 1, static_cast<size_t>(T) - 1);
+                if (s.verify(greedy[at], draft) != T - 1)
+                    throw diskformer::Error("bench: a verify pass of " + std::to_string(T) + " tokens at " + std::to_string(at) +
+                                            " disagreed with one-token steps");
+            }
+            pass_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / passes);
+        }
+        const double ms = spread(pass_ms).median;
+        verify.push_back({{"tokens", T}, {"ms_per_pass", ms}, {"tok_s_all_kept", 1e3 * T / ms}, {"steps_per_pass", step_ms > 0 ? ms / step_ms : 0}});
+        char line[160];
+        std::snprintf(line, sizeof line, "verify   %5d tokens  %9.2f tok/s  when every draft is kept (%.2f ms per pass = %.2f steps)",
+                      T, 1e3 * T / ms, ms, step_ms > 0 ? ms / step_ms : 0);
+        verify_lines.push_back(line);
     }
     const diskformer::Stats last = s.stats();  // memory by kind (the session's peak: it never shrinks)
     const Spread dec = decode_rates.empty() ? Spread{} : spread(decode_rates);
@@ -147,6 +183,7 @@ void run(const BenchArgs& a) {
               {"min", dec.min},
               {"max", dec.max},
               {"wall_tok_s", wall.median}}},
+            {"verify", verify},
             {"bytes_per_token", traffic.total()},
             {"bytes_per_token_detail", {{"weights", traffic.weights}, {"state", traffic.state}, {"kv", traffic.kv}}},
             {"gb_s", gb_s},
@@ -179,6 +216,7 @@ void run(const BenchArgs& a) {
                     traffic.total() / 1e6, traffic.weights / 1e6, traffic.state / 1e6, traffic.kv / 1e6, gb_s,
                     floor > 0 ? 100 * gb_s / floor : 0, floor, floor_source.c_str());
     }
+    for (const auto& l : verify_lines) std::printf("%s\n", l.c_str());
     std::printf("memory   weights %.1f MiB, kv %.1f MiB, state %.1f MiB, scratch %.1f MiB\n", mib(last.weight_bytes),
                 mib(last.kv_bytes), mib(last.state_bytes), mib(last.scratch_bytes));
 }
@@ -196,6 +234,9 @@ void register_bench(CLI::App& app) {
     cmd->add_option("--reps", a->reps, "measured repetitions (median, min, max)")->check(CLI::PositiveNumber);
     cmd->add_option("--bw", a->bw, "bandwidth floor in GB/s (default: measure a host memory copy)");
     cmd->add_flag("--json", a->json, "print one JSON object");
+    cmd->add_option("--verify", a->verify,
+                    "also time speculative verify passes of these lengths (2..8, comma separated), fed the decoded tokens")
+        ->delimiter(',');
     cmd->callback([a, cmd] {
         a->ctx_given = cmd->count("--ctx") > 0;
         run(*a);

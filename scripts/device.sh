@@ -159,6 +159,8 @@ PY
         for p in ${SPEC_PRESETS:-qwen3-4b-q8_0 saluki-27b-iq2mix}; do
             echo "== speculative decoding by prompt lookup on CUDA ($p): the same text, the rate"
             [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+            $D bench -m "/tmp/$p.gguf" --backend cuda -p 512 -n 64 --reps 3 --bw 4600 --verify 2,4,8 2>&1 |
+                grep -E "^(decode|verify)" | tee -a "$out/spec-bench.log"
             for d in 0 3 7; do
                 $D run -m "/tmp/$p.gguf" --backend cuda --no-think -p "one two three, one two three, one two" -n 512 \
                     --draft $d >"/tmp/spec-$d.txt" 2>"$out/spec-$p-$d.log"

@@ -128,6 +128,15 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     if (speculate) context.assign(prompt.begin(), prompt.end());
     std::deque<int32_t> kept;
     int skip = 0, backoff = 0;  // after a draft that kept nothing, plain steps for a while
+    // Whether drafting pays here (a pass costs more than a step, on a GPU several): the time of
+    // a plain step and the tokens a pass yields per ms, measured as generation goes. While it
+    // does not pay, one pass in kProbe tokens keeps the estimate current.
+    constexpr int kProbe = 32;
+    constexpr double kAlpha = 0.25;
+    double step_ms = 0, pass_tok_per_ms = 0;
+    int steps = 0, passes = 0, since_pass = 0;
+    auto ema = [&](double& avg, double x, int n) { avg = n == 0 ? x : avg + kAlpha * (x - avg); };
+    auto pays = [&] { return steps < 2 || passes < 2 || pass_tok_per_ms * step_ms > 1.0 || since_pass >= kProbe; };
     Clock::time_point t_first;
     for (;;) {
         const bool evaluated = !kept.empty();
@@ -170,7 +179,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         std::vector<int32_t> guess;
         if (speculate && skip > 0) {
             --skip;
-        } else if (speculate) {
+        } else if (speculate && pays()) {
             // Room: the pass must fit the context, and every kept token plus the next choice
             // within max_tokens (so the cache never runs past the answer); no end token inside.
             size_t room = std::min<size_t>(static_cast<size_t>(options.draft),
@@ -179,12 +188,19 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             guess = draft::prompt_lookup(context, static_cast<int>(std::min<size_t>(room, 64)));
             guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
         }
+        const auto t_eval = Clock::now();
         if (guess.empty()) {
             greedy_next = session.step(id);
             if (!sampler.is_plain_greedy()) greedy_next = -1;
+            if (speculate) {
+                ema(step_ms, ms_between(t_eval, Clock::now()), steps++);
+                ++since_pass;
+            }
             continue;
         }
         const int n_kept = session.verify(id, guess);
+        ema(pass_tok_per_ms, (n_kept + 1) / std::max(1e-3, ms_between(t_eval, Clock::now())), passes++);
+        since_pass = 0;
         r.stats.drafted_tokens += std::min<int64_t>(static_cast<int64_t>(guess.size()), session.max_draft());
         r.stats.accepted_tokens += n_kept;
         kept.assign(guess.begin(), guess.begin() + n_kept);
