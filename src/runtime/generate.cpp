@@ -128,15 +128,16 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     if (speculate) context.assign(prompt.begin(), prompt.end());
     std::deque<int32_t> kept;
     int skip = 0, backoff = 0;  // after a draft that kept nothing, plain steps for a while
-    // Whether drafting pays here (a pass costs more than a step, on a GPU several): the time of
-    // a plain step and the tokens a pass yields per ms, measured as generation goes. While it
-    // does not pay, one pass in kProbe tokens keeps the estimate current.
-    constexpr int kProbe = 32;
+    // Whether drafting pays here (a pass costs more than a step, on a GPU up to several): the
+    // time of a plain step and the tokens a pass yields per ms, measured as generation goes.
+    // While it does not pay, a probe pass after `probe` plain steps keeps the estimate current;
+    // the wait doubles (32 .. 1024) while probes keep losing.
     constexpr double kAlpha = 0.25;
     double step_ms = 0, pass_tok_per_ms = 0;
-    int steps = 0, passes = 0, since_pass = 0;
+    int steps = 0, passes = 0, since_pass = 0, probe = 32;
     auto ema = [&](double& avg, double x, int n) { avg = n == 0 ? x : avg + kAlpha * (x - avg); };
-    auto pays = [&] { return steps < 2 || passes < 2 || pass_tok_per_ms * step_ms > 1.0 || since_pass >= kProbe; };
+    auto paid = [&] { return steps < 2 || passes < 2 || pass_tok_per_ms * step_ms > 1.0; };
+    auto pays = [&] { return paid() || since_pass >= probe; };
     Clock::time_point t_first;
     for (;;) {
         const bool evaluated = !kept.empty();
@@ -200,6 +201,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         }
         const int n_kept = session.verify(id, guess);
         ema(pass_tok_per_ms, (n_kept + 1) / std::max(1e-3, ms_between(t_eval, Clock::now())), passes++);
+        probe = paid() ? 32 : std::min(2 * probe, 1024);
         since_pass = 0;
         r.stats.drafted_tokens += std::min<int64_t>(static_cast<int64_t>(guess.size()), session.max_draft());
         r.stats.accepted_tokens += n_kept;
