@@ -129,15 +129,14 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     std::deque<int32_t> kept;
     int skip = 0, backoff = 0;  // after a draft that kept nothing, plain steps for a while
     // Whether drafting pays here (a pass costs more than a step, on a GPU up to several): the
-    // time of a plain step and the tokens a pass yields per ms, measured as generation goes.
-    // While it does not pay, a probe pass after `probe` plain steps keeps the estimate current;
-    // the wait doubles (32 .. 1024) while probes keep losing.
+    // time of a plain step (the fastest seen: the first ones record graphs) and the tokens a
+    // pass yields per ms (a moving average), measured as generation goes. While it does not
+    // pay, a probe pass of one drafted token after `probe` plain steps keeps the estimate
+    // current; the wait doubles (32 .. 1024) while probes keep losing.
     constexpr double kAlpha = 0.25;
     double step_ms = 0, pass_tok_per_ms = 0;
     int steps = 0, passes = 0, since_pass = 0, probe = 32;
-    auto ema = [&](double& avg, double x, int n) { avg = n == 0 ? x : avg + kAlpha * (x - avg); };
     auto paid = [&] { return steps < 2 || passes < 2 || pass_tok_per_ms * step_ms > 1.0; };
-    auto pays = [&] { return paid() || since_pass >= probe; };
     Clock::time_point t_first;
     for (;;) {
         const bool evaluated = !kept.empty();
@@ -180,7 +179,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         std::vector<int32_t> guess;
         if (speculate && skip > 0) {
             --skip;
-        } else if (speculate && pays()) {
+        } else if (speculate && (paid() || since_pass >= probe)) {
             // Room: the pass must fit the context, and every kept token plus the next choice
             // within max_tokens (so the cache never runs past the answer); no end token inside.
             size_t room = std::min<size_t>(static_cast<size_t>(options.draft),
@@ -188,19 +187,22 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             if (options.max_tokens >= 0) room = std::min(room, static_cast<size_t>(options.max_tokens) - r.tokens.size() - 1);
             guess = draft::prompt_lookup(context, static_cast<int>(std::min<size_t>(room, 64)));
             guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
+            if (!paid() && guess.size() > 1) guess.erase(guess.begin() + 1, guess.end());  // a probe: the cheapest pass
         }
         const auto t_eval = Clock::now();
         if (guess.empty()) {
             greedy_next = session.step(id);
             if (!sampler.is_plain_greedy()) greedy_next = -1;
             if (speculate) {
-                ema(step_ms, ms_between(t_eval, Clock::now()), steps++);
+                const double ms = ms_between(t_eval, Clock::now());
+                step_ms = steps++ == 0 ? ms : std::min(step_ms, ms);
                 ++since_pass;
             }
             continue;
         }
         const int n_kept = session.verify(id, guess);
-        ema(pass_tok_per_ms, (n_kept + 1) / std::max(1e-3, ms_between(t_eval, Clock::now())), passes++);
+        const double rate = (n_kept + 1) / std::max(1e-3, ms_between(t_eval, Clock::now()));
+        pass_tok_per_ms = passes++ == 0 ? rate : pass_tok_per_ms + kAlpha * (rate - pass_tok_per_ms);
         probe = paid() ? 32 : std::min(2 * probe, 1024);
         since_pass = 0;
         r.stats.drafted_tokens += std::min<int64_t>(static_cast<int64_t>(guess.size()), session.max_draft());
