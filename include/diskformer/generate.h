@@ -37,6 +37,9 @@ struct GenerateOptions {
     // tokens that followed them are verified in one pass (Session::verify). The answer is the
     // same token for token; only the time changes. 0: off.
     int draft = 0;
+    // Drafting pauses while a verify pass yields fewer tokens per ms than a plain step (timed as
+    // generation goes, with probes); false drafts whenever the context offers a guess.
+    bool draft_adaptive = true;
     // Checked between tokens and between prompt chunks; set it from any thread or a signal
     // handler to end generation early (StopReason::aborted). Not cleared by generate().
     const std::atomic<bool>* abort = nullptr;

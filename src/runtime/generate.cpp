@@ -136,7 +136,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     constexpr double kAlpha = 0.25;
     double step_ms = 0, pass_tok_per_ms = 0;
     int steps = 0, passes = 0, since_pass = 0, probe = 32;
-    auto paid = [&] { return steps < 2 || passes < 2 || pass_tok_per_ms * step_ms > 1.0; };
+    auto paid = [&] { return !options.draft_adaptive || steps < 2 || passes < 2 || pass_tok_per_ms * step_ms > 1.0; };
     Clock::time_point t_first;
     for (;;) {
         const bool evaluated = !kept.empty();
