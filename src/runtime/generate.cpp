@@ -130,13 +130,13 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     int skip = 0, backoff = 0;  // after a draft that kept nothing, plain steps for a while
     // Whether drafting pays here (a pass costs more than a step, on a GPU up to several): the
     // time of a plain step (the fastest seen: the first ones record graphs) and the tokens a
-    // pass yields per ms (a moving average), measured as generation goes. While it does not
-    // pay, a probe pass of one drafted token after `probe` plain steps keeps the estimate
-    // current; the wait doubles (32 .. 1024) while probes keep losing.
+    // pass yields per ms (a moving average), measured as generation goes. Until it is known to
+    // pay, passes are probes of one drafted token (the cheapest): the first two, then one after
+    // `probe` plain steps, the wait doubling (32 .. 1024) while probes keep losing.
     constexpr double kAlpha = 0.25;
     double step_ms = 0, pass_tok_per_ms = 0;
     int steps = 0, passes = 0, since_pass = 0, probe = 32;
-    auto paid = [&] { return !options.draft_adaptive || steps < 2 || passes < 2 || pass_tok_per_ms * step_ms > 1.0; };
+    auto paid = [&] { return !options.draft_adaptive || (steps >= 2 && passes >= 2 && pass_tok_per_ms * step_ms > 1.0); };
     Clock::time_point t_first;
     for (;;) {
         const bool evaluated = !kept.empty();
@@ -179,7 +179,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         std::vector<int32_t> guess;
         if (speculate && skip > 0) {
             --skip;
-        } else if (speculate && (paid() || since_pass >= probe)) {
+        } else if (speculate && (paid() || passes < 2 || since_pass >= probe)) {
             // Room: the pass must fit the context, and every kept token plus the next choice
             // within max_tokens (so the cache never runs past the answer); no end token inside.
             size_t room = std::min<size_t>(static_cast<size_t>(options.draft),
