@@ -15,6 +15,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "gen_args.h"
 #include "server/server.h"
 
 namespace {
@@ -22,9 +23,7 @@ namespace {
 struct ServeArgs {
     ModelArgs model;
     df::server::ServerOptions server;
-    int max_tokens = -1;
-    float temperature = 0, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1, presence_penalty = 0;
-    int top_k = 40, repeat_last_n = 64, draft = 0;
+    SamplingArgs defaults;  // for the fields a request leaves out
 };
 
 void serve(ServeArgs& a) {
@@ -39,15 +38,7 @@ void serve(ServeArgs& a) {
     if (o.api_key.empty())
         if (const char* k = std::getenv("DISKFORMER_API_KEY")) o.api_key = k;
     o.session = a.model.session_options();
-    o.defaults.max_tokens = a.max_tokens;
-    o.defaults.temperature = a.temperature;
-    o.defaults.top_k = a.top_k;
-    o.defaults.top_p = a.top_p;
-    o.defaults.min_p = a.min_p;
-    o.defaults.repeat_penalty = a.repeat_penalty;
-    o.defaults.presence_penalty = a.presence_penalty;
-    o.defaults.penalty_window = a.repeat_last_n;
-    o.defaults.draft = a.draft;
+    a.defaults.apply(o.defaults);
 
     auto model = diskformer::Model::load(a.model.path, a.model.model_options());
     df::server::Server server(model, o);
@@ -86,19 +77,6 @@ void register_serve(CLI::App& app) {
     cmd->add_option("--alias", s.model_id, "the model's name in the API (default: the file name)");
     cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (default: $DISKFORMER_API_KEY; none)");
     cmd->add_flag("!--no-log", s.log, "do not print a line per request");
-    // Defaults for the fields a request leaves out.
-    cmd->add_option("-n,--max-tokens", a->max_tokens, "default max_tokens (-1: until an end token or a full context)")
-        ->check(CLI::Range(-1, 1 << 30));
-    cmd->add_option("--temp", a->temperature, "default temperature (0: greedy)")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-k", a->top_k, "default top_k (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-p", a->top_p, "default top_p")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-    cmd->add_option("--min-p", a->min_p, "default min_p")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-    cmd->add_option("--repeat-penalty", a->repeat_penalty, "default repeat_penalty (1: off)")->check(CLI::PositiveNumber);
-    cmd->add_option("--presence-penalty", a->presence_penalty, "default presence_penalty");
-    cmd->add_option("--repeat-last-n", a->repeat_last_n, "how many recent tokens the penalties see")
-        ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--draft", a->draft, "default draft: speculative decoding by prompt lookup for greedy requests (0: off)")
-        ->check(CLI::Range(0, 64));
+    a->defaults.add_to(*cmd);  // the defaults for fields a request leaves out
     cmd->callback([a] { serve(*a); });
 }

@@ -1,4 +1,4 @@
-// Options shared by `run` and `chat`: sampling, thinking, and how the answer is shown.
+// Generation options on the command line: run, chat and serve.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,23 +11,15 @@
 
 #include "diskformer/generate.h"
 
-struct GenArgs {
+// Length and sampling: what `serve` takes as the defaults for fields a request leaves out.
+struct SamplingArgs {
     int max_tokens = -1;
-    std::string system;
-    bool think = false, no_think = false, hide_think = false;
     float temperature = 0, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1, presence_penalty = 0;
     int top_k = 40, repeat_last_n = 64, draft = 0;
-    std::optional<uint64_t> seed;
-    std::vector<std::string> stop;
 
     void add_to(CLI::App& cmd) {
         cmd.add_option("-n,--max-tokens", max_tokens, "new tokens per answer at most (-1: until the model ends or the context is full)")
             ->check(CLI::Range(-1, 1 << 30));
-        cmd.add_option("--system", system, "system prompt");
-        auto* on = cmd.add_flag("--think", think, "let the model think before answering");
-        auto* off = cmd.add_flag("--no-think", no_think, "answer without thinking (an empty think block)");
-        on->excludes(off);
-        cmd.add_flag("--hide-think", hide_think, "do not show the thinking, only the answer");
         cmd.add_option("--temp", temperature, "sampling temperature (0: greedy, the default)")->check(CLI::NonNegativeNumber);
         cmd.add_option("--top-k", top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
         cmd.add_option("--top-p", top_p, "… the fewest whose probability reaches p (1: all)")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
@@ -35,12 +27,42 @@ struct GenArgs {
         cmd.add_option("--repeat-penalty", repeat_penalty, "penalise recently seen tokens (1: off)")->check(CLI::PositiveNumber);
         cmd.add_option("--presence-penalty", presence_penalty, "subtract from recently seen tokens' logits (0: off)");
         cmd.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens the penalties see")->capture_default_str()->check(CLI::NonNegativeNumber);
-        cmd.add_option("--seed", seed, "sampling seed (default: random, printed with the stats)");
-        cmd.add_option("--stop", stop, "stop before this text (repeatable)");
         cmd.add_option("--draft", draft,
                        "speculative decoding by prompt lookup, greedy only: verify up to N drafted tokens per pass "
                        "(the same answer, faster where text repeats; 0: off)")
             ->check(CLI::Range(0, 64));
+    }
+
+    void apply(diskformer::GenerateOptions& o) const {
+        o.max_tokens = max_tokens;
+        o.temperature = temperature;
+        o.top_k = top_k;
+        o.top_p = top_p;
+        o.min_p = min_p;
+        o.repeat_penalty = repeat_penalty;
+        o.presence_penalty = presence_penalty;
+        o.penalty_window = repeat_last_n;
+        o.draft = draft;
+    }
+};
+
+// Options shared by `run` and `chat`: the above, thinking, and how the answer is shown.
+struct GenArgs {
+    SamplingArgs sampling;
+    std::string system;
+    bool think = false, no_think = false, hide_think = false;
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
+
+    void add_to(CLI::App& cmd) {
+        sampling.add_to(cmd);
+        cmd.add_option("--system", system, "system prompt");
+        auto* on = cmd.add_flag("--think", think, "let the model think before answering");
+        auto* off = cmd.add_flag("--no-think", no_think, "answer without thinking (an empty think block)");
+        on->excludes(off);
+        cmd.add_flag("--hide-think", hide_think, "do not show the thinking, only the answer");
+        cmd.add_option("--seed", seed, "sampling seed (default: random, printed with the stats)");
+        cmd.add_option("--stop", stop, "stop before this text (repeatable)");
     }
 
     diskformer::Thinking thinking() const {
@@ -51,17 +73,9 @@ struct GenArgs {
     diskformer::GenerateOptions options() {
         if (!seed) seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
         diskformer::GenerateOptions o;
-        o.max_tokens = max_tokens;
+        sampling.apply(o);
         o.stop = stop;
-        o.temperature = temperature;
-        o.top_k = top_k;
-        o.top_p = top_p;
-        o.min_p = min_p;
-        o.repeat_penalty = repeat_penalty;
-        o.presence_penalty = presence_penalty;
-        o.penalty_window = repeat_last_n;
         o.seed = *seed;
-        o.draft = draft;
         return o;
     }
 };

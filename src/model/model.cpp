@@ -60,6 +60,23 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::shared_ptr<Back
     return m;
 }
 
+namespace {
+
+// Bytes of one GDN layer's conv state and delta-rule state.
+size_t conv_state_bytes(const ModelConfig& c) { return sizeof(float) * (c.ssm_conv - 1) * c.ssm_channels(); }
+size_t ssm_state_bytes(const ModelConfig& c) { return sizeof(float) * c.ssm_v_heads * c.ssm_state * c.ssm_state; }
+
+// Calls f(layer buffer, bytes) for each recurrent buffer of st, in a fixed order.
+template <class F>
+void each_recurrent(const ModelConfig& c, const State& st, F&& f) {
+    for (int i = 0; i < c.n_layer; ++i) {
+        if (st.conv_state[i]) f(st.conv_state[i], conv_state_bytes(c));
+        if (st.ssm_state[i]) f(st.ssm_state[i], ssm_state_bytes(c));
+    }
+}
+
+}  // namespace
+
 std::unique_ptr<State> Model::new_state(int ctx, int chunk, KvType kv_type, bool all_logits) const {
     const ModelConfig& c = config_;
     auto st = std::make_unique<State>();
@@ -81,8 +98,8 @@ std::unique_ptr<State> Model::new_state(int ctx, int chunk, KvType kv_type, bool
     st->ssm_state.assign(c.n_layer, nullptr);
     for (int i = 0; i < c.n_layer; ++i) {
         if (c.recurrent[i]) {
-            st->conv_state[i] = static_cast<float*>(take(sizeof(float) * (c.ssm_conv - 1) * c.ssm_channels(), MemKind::state));
-            st->ssm_state[i] = static_cast<float*>(take(sizeof(float) * c.ssm_v_heads * c.ssm_state * c.ssm_state, MemKind::state));
+            st->conv_state[i] = static_cast<float*>(take(conv_state_bytes(c), MemKind::state));
+            st->ssm_state[i] = static_cast<float*>(take(ssm_state_bytes(c), MemKind::state));
         } else {
             const size_t bytes = kv_elem * static_cast<size_t>(ctx) * c.kv_dim();
             st->k_cache[i] = take(bytes, MemKind::kv);
@@ -119,30 +136,12 @@ void Model::free_state(State& st) const {
 }
 
 void Model::reset_state(State& st) const {
-    const ModelConfig& c = config_;
-    for (int i = 0; i < c.n_layer; ++i) {
-        if (st.conv_state[i]) backend_->zero(st.conv_state[i], sizeof(float) * (c.ssm_conv - 1) * c.ssm_channels());
-        if (st.ssm_state[i]) backend_->zero(st.ssm_state[i], sizeof(float) * c.ssm_v_heads * c.ssm_state * c.ssm_state);
-    }
+    each_recurrent(config_, st, [&](float* p, size_t bytes) { backend_->zero(p, bytes); });
 }
-
-namespace {
-
-// Calls f(layer buffer, bytes) for each recurrent buffer of st, in a fixed order.
-template <class F>
-void each_recurrent(const ModelConfig& c, const State& st, F&& f) {
-    for (int i = 0; i < c.n_layer; ++i) {
-        if (st.conv_state[i]) f(st.conv_state[i], sizeof(float) * (c.ssm_conv - 1) * c.ssm_channels());
-        if (st.ssm_state[i]) f(st.ssm_state[i], sizeof(float) * c.ssm_v_heads * c.ssm_state * c.ssm_state);
-    }
-}
-
-}  // namespace
 
 size_t Model::recurrent_bytes() const {
     const ModelConfig& c = config_;
-    const size_t per_layer = sizeof(float) * ((c.ssm_conv - 1) * c.ssm_channels() + c.ssm_v_heads * c.ssm_state * c.ssm_state);
-    return c.n_recurrent() > 0 ? per_layer * c.n_recurrent() : 0;
+    return c.n_recurrent() > 0 ? (conv_state_bytes(c) + ssm_state_bytes(c)) * c.n_recurrent() : 0;
 }
 
 void Model::save_recurrent(const State& st, void* dst) const {

@@ -41,7 +41,6 @@ struct Session::Impl {
     };
     std::vector<Checkpoint> checkpoints;
     uint64_t checkpoint_uses = 0;
-    size_t checkpoint_bytes = 0;
 
     // How set_prompt(prompt) gets to a prefix of it with at least one token left to evaluate:
     // n cached tokens kept, by extending (rewinding) the cache or from checkpoint cp.
@@ -50,6 +49,23 @@ struct Session::Impl {
         int cp = -1;
     };
     Resume resume(std::span<const int32_t> prompt) const;
+    // Whether the cache holds exactly `prompt` with its logits: nothing to evaluate.
+    bool holds(std::span<const int32_t> prompt) const {
+        return logits_valid && prompt.size() == tokens.size() && std::equal(prompt.begin(), prompt.end(), tokens.begin());
+    }
+    // A backend buffer for one copy of the recurrent state (checkpoints, speculation), counted
+    // with the state; `what` names it in the error.
+    void* alloc_state_copy(const char* what) {
+        const size_t bytes = m->recurrent_bytes();
+        void* p = nullptr;
+        try {
+            p = be->alloc(bytes, df::MemKind::state);
+        } catch (const std::exception& e) {
+            throw Error(std::string("cannot allocate ") + what + ": " + e.what());
+        }
+        st->state_bytes += bytes;
+        return p;
+    }
 
     // The step graphs' keys: the state's address (operator new aligns it) plus the length band,
     // and for verify passes their length in the top byte (above any address).
@@ -213,7 +229,7 @@ void Session::append(std::span<const int32_t> tokens, float* all_logits) {
 int Session::set_prompt(std::span<const int32_t> prompt) {
     auto& I = *impl_;
     if (prompt.empty()) throw Error("empty prompt");
-    if (I.logits_valid && prompt.size() == I.tokens.size() && std::equal(prompt.begin(), prompt.end(), I.tokens.begin())) {
+    if (I.holds(prompt)) {
         I.stats.reused_tokens = static_cast<int64_t>(prompt.size());
         return static_cast<int>(prompt.size());  // nothing new: the logits are already those of this prompt
     }
@@ -241,9 +257,7 @@ int Session::set_prompt(std::span<const int32_t> prompt) {
 int Session::reusable(std::span<const int32_t> prompt) const {
     const auto& I = *impl_;
     if (prompt.empty()) return 0;
-    if (I.logits_valid && prompt.size() == I.tokens.size() && std::equal(prompt.begin(), prompt.end(), I.tokens.begin()))
-        return static_cast<int>(prompt.size());
-    return static_cast<int>(I.resume(prompt).n);
+    return static_cast<int>(I.holds(prompt) ? prompt.size() : I.resume(prompt).n);
 }
 
 bool Session::checkpoint() {
@@ -259,16 +273,9 @@ bool Session::checkpoint() {
     if (invalid != I.checkpoints.end()) {
         slot = &*invalid;
     } else if (I.checkpoints.size() < static_cast<size_t>(I.opt.checkpoints)) {
-        if (!I.checkpoint_bytes) I.checkpoint_bytes = I.m->recurrent_bytes();
-        Impl::Checkpoint cp;
-        try {
-            cp.buf = I.be->alloc(I.checkpoint_bytes, df::MemKind::state);
-        } catch (const std::exception& e) {
-            throw Error(std::string("cannot allocate a state checkpoint: ") + e.what());
-        }
-        I.st->state_bytes += I.checkpoint_bytes;
-        I.checkpoints.push_back(cp);
-        slot = &I.checkpoints.back();
+        void* buf = I.alloc_state_copy("a state checkpoint");  // first: a failure leaves no slot behind
+        slot = &I.checkpoints.emplace_back();
+        slot->buf = buf;
     } else {
         slot = &*std::min_element(I.checkpoints.begin(), I.checkpoints.end(),
                                   [](const auto& a, const auto& b) { return a.used < b.used; });
@@ -298,15 +305,7 @@ int Session::verify(int32_t token, std::span<const int32_t> draft) {
     ids.insert(ids.end(), draft.begin(), draft.end());
     const bool recurrent = I.m->config().n_recurrent() > 0;
     if (recurrent) {
-        if (!I.spec_state) {
-            const size_t bytes = I.m->recurrent_bytes();
-            try {
-                I.spec_state = I.be->alloc(bytes, df::MemKind::state);
-            } catch (const std::exception& e) {
-                throw Error(std::string("cannot allocate the speculation state copy: ") + e.what());
-            }
-            I.st->state_bytes += bytes;
-        }
+        if (!I.spec_state) I.spec_state = I.alloc_state_copy("the speculation state copy");
         I.m->save_recurrent(*I.st, I.spec_state);
     }
     const size_t base = I.tokens.size();
