@@ -466,6 +466,68 @@ TEST(CudaMatvecRing, EveryDepthGivesTheRegisterKernelsBits) {
     cuda::set_matvec_ring(ring0);
 }
 
+// The T = 2..8 matvecs of the ring types, through the rings with activations staged in shared
+// memory (where they fit: not 9728 columns at T = 8) or read from global memory, or through the
+// staged-activation kernel (DF_CUDA_MATVEC_RING_MULTI 2, 1, 0): every token's outputs are its one-token call's bits (speculative
+// verify relies on it), for accumulating, held-back (stacked) and fused gate/up products, rows
+// not a multiple of 4, units not a multiple of the lanes, every warps-per-row count.
+TEST(CudaMatvecRing, VerifySizedCallsGiveOneTokenBits) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    const int multi0 = cuda::matvec_ring_multi();
+    for (Type t : {Type::Q8_0, Type::Q4_0, Type::IQ4_NL}) {
+        for (int cols : {2560, 9728, 160}) {
+            SCOPED_TRACE(type_str(t) + " cols " + std::to_string(cols));
+            const std::vector<int> rows = {203, 4096, 64};
+            std::vector<Weight> w;
+            for (int r : rows) {
+                const auto m = random_matrix(t, r, cols, g);
+                w.push_back(gpu.load_weight(t, cols, r, m.data(), m.size()));
+            }
+            // Outputs of a T-token call: w0 accumulating onto 0.5 + row, w1 and w2 held back
+            // together, gate/up of (w0, w1's first rows).
+            auto run = [&](const float* x, int T) {
+                std::vector<std::unique_ptr<Buf<float>>> o;
+                for (int r : rows) {
+                    std::vector<float> init(static_cast<size_t>(T) * r);
+                    for (size_t i = 0; i < init.size(); ++i) init[i] = 0.5f + static_cast<float>(i % r);
+                    o.push_back(std::make_unique<Buf<float>>(gpu, init));
+                }
+                Buf<float> fb(gpu, static_cast<size_t>(T) * rows[0]), sb(gpu, static_cast<size_t>(T) * rows[0]);
+                fb.poison();
+                gpu.matmul(w[0], x, T, o[0]->p(), true);
+                for (size_t i = 1; i < rows.size(); ++i) gpu.matmul(w[i], x, T, o[i]->p(), false);
+                gpu.ffn_gate_up(w[0], w[0], x, T, fb.p(), sb.p());
+                std::vector<std::vector<float>> out;
+                for (auto& b : o) out.push_back(b->get());
+                out.push_back(fb.get());
+                return out;
+            };
+            for (int T : {2, 3, 5, 8}) {
+                const auto x = randn(g, static_cast<size_t>(T) * cols);
+                Buf<float> xb(gpu, x);
+                for (int multi : {2, 1, 0}) {
+                    cuda::set_matvec_ring_multi(multi);
+                    const auto all = run(xb.p(), T);
+                    for (int tt = 0; tt < T; ++tt) {
+                        Buf<float> x1(gpu, std::vector<float>(x.begin() + static_cast<size_t>(tt) * cols,
+                                                              x.begin() + static_cast<size_t>(tt + 1) * cols));
+                        const auto one = run(x1.p(), 1);
+                        for (size_t i = 0; i < one.size(); ++i) {
+                            const size_t n = one[i].size();
+                            EXPECT_EQ(0, std::memcmp(one[i].data(), all[i].data() + tt * n, n * 4))
+                                << "output " << i << " T " << T << " token " << tt << " mode " << multi;
+                        }
+                    }
+                }
+            }
+            for (const Weight& wi : w) gpu.release(const_cast<void*>(wi.data));
+        }
+    }
+    cuda::set_matvec_ring_multi(multi0);
+}
+
 // A decode RMSNorm folded into the f32 matvecs that read its output (MatvecArgs::norm_x) gives
 // the unfolded results bit for bit: the same products and the same sum of squares
 // (norm_sum.cuh); the first of them writes the norm's output too. A T = 3 call (norm not folded)

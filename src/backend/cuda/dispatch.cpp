@@ -53,10 +53,17 @@ std::atomic<int>& ring_value() {
     static std::atomic<int> v{env_int("DF_CUDA_MATVEC_RING", kDefaultRing, ring_ok)};
     return v;
 }
+bool multi_ok(int n) { return n >= 0 && n <= 2; }
+std::atomic<int>& ring_multi_value() {
+    static std::atomic<int> v{env_int("DF_CUDA_MATVEC_RING_MULTI", 2, multi_ok)};
+    return v;
+}
 }  // namespace
 
 int matvec_ring() { return ring_value().load(std::memory_order_relaxed); }
 void set_matvec_ring(int depth) { ring_value().store(ring_ok(depth) ? depth : 0, std::memory_order_relaxed); }
+int matvec_ring_multi() { return ring_multi_value().load(std::memory_order_relaxed); }
+void set_matvec_ring_multi(int mode) { ring_multi_value().store(multi_ok(mode) ? mode : 2, std::memory_order_relaxed); }
 
 int attn_cluster() { return cluster_value().load(std::memory_order_relaxed); }
 void set_attn_cluster(int blocks) { cluster_value().store(cluster_size_ok(blocks) ? blocks : 0, std::memory_order_relaxed); }

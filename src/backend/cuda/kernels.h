@@ -57,6 +57,12 @@ void set_attn_cluster_keys(int keys);
 // (DF_CUDA_MATVEC_RING: 2, 3 or 4 chunks; 0: the register double buffer). The setter is for tests.
 int matvec_ring();
 void set_matvec_ring(int depth);
+// How the T = 2..8 matvecs of those types run (DF_CUDA_MATVEC_RING_MULTI): 2 (default), through
+// the same rings, 4 rows per warp, each weight decoded once for all tokens, the activations staged
+// whole in shared memory for T >= 3 where they fit (else 1's way); 1, the same with activations read from
+// global memory; 0, the staged-activation kernel of the other types. Setter for tests.
+int matvec_ring_multi();
+void set_matvec_ring_multi(int mode);
 
 // ---- quantized weights (one translation unit per block type) ------------------------------
 

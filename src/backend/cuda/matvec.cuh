@@ -20,12 +20,18 @@ namespace df::cuda {
 
 inline constexpr int kMatvecThreads = 256;
 inline constexpr size_t kMatvecMaxStage = 96 * 1024;  // staged activations, bytes per block
+inline constexpr size_t kMatvecMaxRingSmem = 200 * 1024;  // a multi-token ring kernel's ring + activations
 
 // Rows a warp group works on together: every activation load serves all of them (4 rows at
 // T = 1 halve activation traffic on the shared L1 pipe; more tokens need the registers). In
 // fused gate/up mode the rows alternate gate, up of consecutive outputs.
 template <int NT>
 constexpr int matvec_rows() { return NT == 1 ? 4 : 2; }
+// Rows of a group in a kernel: the ring kernels keep 4 at any T (each token's activations are
+// loaded once per 4 rows: at T = 8 that is 8 bytes per weight through L1 or shared memory; a
+// row's sums do not depend on R).
+template <int NT, int kRing>
+constexpr int matvec_kernel_rows() { return kRing > 0 ? 4 : matvec_rows<NT>(); }
 
 // Units per lane and row in one chunk: about 96 bytes of raw units per lane and chunk.
 template <Type TY, int NT>
@@ -42,8 +48,13 @@ constexpr bool matvec_prefetch() {
     return NT <= 2 && 2 * matvec_rows<NT>() * sizeof(typename Quant<TY>::Raw) * matvec_unroll<TY, NT>() <= 192;
 }
 
-template <Type TY, int NT>
-constexpr int matvec_min_blocks() { return NT >= 4 ? 1 : (matvec_prefetch<TY, NT>() && NT == 1 ? 3 : 2); }
+template <Type TY, int NT, int kRing = 0>
+constexpr int matvec_min_blocks() {
+    // A multi-token ring kernel: 4 rows x NT tokens of accumulators and chains (NT = 4 at two
+    // blocks per SM fits 128 registers but passes cost 2.59 steps on the 4B against 2.41-2.45).
+    if (kRing > 0 && NT > 1) return NT >= 4 ? 1 : 2;
+    return NT >= 4 ? 1 : (matvec_prefetch<TY, NT>() && NT == 1 ? 3 : 2);
+}
 
 DF_DEV void group_barrier(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads)); }
 
@@ -65,16 +76,17 @@ constexpr size_t matvec_ring_bytes(int ring) { return (kMatvecThreads / 32) * ma
 // up rows of one output) with a grid stride; each row is consumed in chunks of U units per lane,
 // and the loads of the next chunk (of this row group or the next) are issued before the current
 // chunk is decoded, so every warp keeps weight bytes in flight while it computes.
-// kRing > 0 (the one-token matvec of the ring types, DF_CUDA_MATVEC_RING): instead of a register double
+// kRing > 0 (the ring types' matvec at T = 1, and at T = 2..8 unless DF_CUDA_MATVEC_RING_MULTI=0;
+// DF_CUDA_MATVEC_RING): instead of a register double
 // buffer, each lane copies its own units of the next kRing chunks into its warp's ring in shared
 // memory with cp.async, so bytes in flight hold no registers; a lane reads back only what it
 // copied, so no barrier is needed. Same units, order and reductions: the same bits.
 template <Type TY, int NT, bool kPair, int kRing = 0>
-__global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) matvec_kernel(const MatvecArgs a) {
+__global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT, kRing>()) matvec_kernel(const MatvecArgs a) {
     pdl_trigger();  // pdl_wait() comes after the weight-only prologue
     using Q = Quant<TY>;
     using Raw = typename Q::Raw;
-    constexpr int R = matvec_rows<NT>();
+    constexpr int R = matvec_kernel_rows<NT, kRing>();
     constexpr int kOut = kPair ? R / 2 : R;  // outputs per row group
     constexpr int kGroups = Q::kUnit / 8;
     constexpr int kWarps = kMatvecThreads / 32;
@@ -144,43 +156,81 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     constexpr bool kOneScale = matvec_ring_type<TY>();  // the ring types: one scale per unit
     auto consume_from = [&](const Raw (&raw)[R], const float* xb, size_t xstride) {
         float dot[R][NT];  // the unit's chain so far (kOneScale)
+        if constexpr (kRing > 0 && NT > 1) {
+            // Verify-sized calls: a group's weights are decoded once for all rows and tokens, and
+            // each token's activations are loaded once for all rows (registers: the decoded
+            // weights of R rows, one token's 8 activations). Each (row, token) chain takes the
+            // same operations in the same order as below: the one-token kernel's bits. Tokens
+            // past T compute on token 0's activations (discarded): no branch, so the compiler can
+            // interleave every token's chains (a branch per token left the warp waiting on each).
 #pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-            float xv[NT][8];
+            for (int g = 0; g < kGroups; ++g) {
+                float w[R][8], s[R];
 #pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                if (NT == 1 || t < a.T) {  // a one-token kernel has T = 1
-                    const float4* xp = reinterpret_cast<const float4*>(xb + t * xstride + 8 * g);
-                    const float4 lo = xp[0], hi = xp[1];
-                    xv[t][0] = lo.x; xv[t][1] = lo.y; xv[t][2] = lo.z; xv[t][3] = lo.w;
-                    xv[t][4] = hi.x; xv[t][5] = hi.y; xv[t][6] = hi.z; xv[t][7] = hi.w;
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) xv[t][j] = 0.f;
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float w[8];
-                const float s = Q::group(raw[r], g, w, tab);
+                for (int r = 0; r < R; ++r) s[r] = Q::group(raw[r], g, w[r], tab);
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
-                    // One scale for the whole unit: the groups' products form one chain, scaled once.
-                    float d = kOneScale && g > 0 ? fmaf(w[0], xv[t][0], dot[r][t]) : w[0] * xv[t][0];
+                    const float4* xp = reinterpret_cast<const float4*>(xb + (t < a.T ? t : 0) * xstride + 8 * g);
+                    const float4 lo = xp[0], hi = xp[1];
+                    const float xv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-                    for (int j = 1; j < 8; ++j) d = fmaf(w[j], xv[t][j], d);
-                    if (!kOneScale || g == kGroups - 1)
-                        acc[r][t] = fmaf(s, d, acc[r][t]);
-                    else
-                        dot[r][t] = d;
+                    for (int r = 0; r < R; ++r) {
+                        float d = kOneScale && g > 0 ? fmaf(w[r][0], xv[0], dot[r][t]) : w[r][0] * xv[0];
+#pragma unroll
+                        for (int j = 1; j < 8; ++j) d = fmaf(w[r][j], xv[j], d);
+                        if (!kOneScale || g == kGroups - 1)
+                            acc[r][t] = fmaf(s[r], d, acc[r][t]);
+                        else
+                            dot[r][t] = d;
+                    }
+                }
+            }
+        } else {
+#pragma unroll
+            for (int g = 0; g < kGroups; ++g) {
+                float xv[NT][8];
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    if (NT == 1 || t < a.T) {  // a one-token kernel has T = 1
+                        const float4* xp = reinterpret_cast<const float4*>(xb + t * xstride + 8 * g);
+                        const float4 lo = xp[0], hi = xp[1];
+                        xv[t][0] = lo.x; xv[t][1] = lo.y; xv[t][2] = lo.z; xv[t][3] = lo.w;
+                        xv[t][4] = hi.x; xv[t][5] = hi.y; xv[t][6] = hi.z; xv[t][7] = hi.w;
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) xv[t][j] = 0.f;
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float w[8];
+                    const float s = Q::group(raw[r], g, w, tab);
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) {
+                        // One scale for the whole unit: the groups' products form one chain, scaled once.
+                        float d = kOneScale && g > 0 ? fmaf(w[0], xv[t][0], dot[r][t]) : w[0] * xv[t][0];
+#pragma unroll
+                        for (int j = 1; j < 8; ++j) d = fmaf(w[j], xv[t][j], d);
+                        if (!kOneScale || g == kGroups - 1)
+                            acc[r][t] = fmaf(s, d, acc[r][t]);
+                        else
+                            dot[r][t] = d;
+                    }
                 }
             }
         }
     };
     const bool fold = kRing == 0 && NT == 1 && a.norm_x;  // the ring kernels are launched without a fold
+    // A multi-token ring kernel's activations, staged whole after its ring (a.stage_x): every
+    // token's row of units, each padded as above. From global memory, the T x 4 bytes per column
+    // that each row group reads again overflowed L1 and came from L2.
+    const bool ring_staged = kRing > 0 && NT > 1 && a.stage_x;
+    float* const xring = xs + (kRing > 0 ? matvec_ring_bytes<R>(kRing) / sizeof(float) : 0);
     auto consume = [&](const Raw (&raw)[R], int u) {
         if (fold)
             consume_from(raw, xs + u * XS, 0);
+        else if (ring_staged)
+            consume_from(raw, xring + u * XS, static_cast<size_t>(n_units) * XS);
         else
             consume_from(raw, a.x + static_cast<size_t>(u) * Q::kUnit, static_cast<size_t>(cols));
     };
@@ -288,7 +338,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     // block-major numbering left whole blocks idle and others full. Which warp does a row group
     // does not change its sums.
     const int first_rg = gw * gridDim.x + blockIdx.x;
-    if constexpr (NT > 1) {
+    if constexpr (NT > 1 && kRing == 0) {
         if (a.stage_x) {
             // T > 1: the activations of one chunk of columns are staged in shared memory for all
             // warp groups of the block at once (one L2 read per block instead of one per row
@@ -351,7 +401,7 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
     };
     Raw cur[U][R];
     if constexpr (kRing > 0) {
-        static_assert(matvec_ring_type<TY>() && NT == 1 && U == 1, "the ring path is the one-token matvec of the ring types");
+        static_assert(matvec_ring_type<TY>() && U == 1, "the ring path is the matvec of the ring types, a unit per lane and row");
         static_assert(Q::kHead == 2 && Q::kBody * Q::kUnit / Q::kBlock == kRingBody, "a ring unit: 16 body bytes, one f16 scale");
         // The unit's scale is number u * kUnit / kBlock of the row's head array.
         auto scale_index = [](int u) { return u / (Q::kBlock / Q::kUnit); };
@@ -405,6 +455,22 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT>()) m
             step_issue(qg, qc);
         }
         pdl_wait();
+        if (ring_staged) {
+            // Every copy in flight at once (a load-then-store loop waited for each load: ~20-40 us
+            // for 100-160 KB); tokens past T are not staged (consume reads token 0's for them).
+            // One more cp.async group, waited for here: the ring's wait counts stay as they were.
+            constexpr int kQ4 = Q::kUnit / 4;  // float4s per unit
+            const int per_t = n_units * kQ4;
+            const uint32_t xr = smem_addr(xring);
+            for (int i = threadIdx.x; i < a.T * per_t; i += blockDim.x) {
+                const int t = i / per_t, ul = (i % per_t) / kQ4, q4 = i % kQ4;
+                cp_async<16>(xr + sizeof(float) * ((t * n_units + ul) * XS + 4 * q4),
+                             a.x + static_cast<size_t>(t) * cols + ul * Q::kUnit + 4 * q4);
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+        }
         for (int k = 0; rg < row_groups; ++k) {
             const int slot = k % kRing;
             if (ch == 0) fetch_old(rg);
@@ -479,10 +545,18 @@ inline size_t matvec_norm_bytes(int cols, int unit) { return sizeof(float) * (co
 template <Type TY, int NT, bool kPair, int kRing = 0>
 void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     MatvecArgs a = a_in;
-    size_t smem = matvec_stage_bytes<TY, NT>(a.warps_per_row);
+    constexpr int R = matvec_kernel_rows<NT, kRing>();
+    size_t smem = kRing > 0 ? 0 : matvec_stage_bytes<TY, NT>(a.warps_per_row);
     a.stage_x = smem > 0;
     if (NT == 1 && a.norm_x) smem = matvec_norm_bytes(a.w.cols, Quant<TY>::kUnit);
-    if (kRing > 0) smem = matvec_ring_bytes<matvec_rows<NT>()>(kRing);
+    if (kRing > 0) {
+        smem = matvec_ring_bytes<R>(kRing);
+        const size_t stage = sizeof(float) * NT * (a.w.cols / Quant<TY>::kUnit) * (Quant<TY>::kUnit + 4);
+        // Staged from 3 tokens (at 2 the staging's wait cost more than L1 misses: 1.77 vs 1.52
+        // steps per pass on the 4B).
+        a.stage_x = NT >= 4 && matvec_ring_multi() == 2 && smem + stage <= kMatvecMaxRingSmem;
+        if (a.stage_x) smem += stage;
+    }
     // Persistent grid: as many blocks as stay resident (per shared-memory size, cached: ops are
     // issued from one thread), fewer when there is less work.
     static size_t cached_smem[2] = {~size_t{0}, ~size_t{0}};
@@ -491,7 +565,7 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     if (slot < 0) {
         int dev = 0, sms = 0, per_sm = 0;
         DF_CUDA_CHECK(cudaFuncSetAttribute(matvec_kernel<TY, NT, kPair, kRing>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kMatvecMaxStage)));
+                                           static_cast<int>(kRing > 0 && NT > 1 ? kMatvecMaxRingSmem : kMatvecMaxStage)));
         DF_CUDA_CHECK(cudaGetDevice(&dev));
         DF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<TY, NT, kPair, kRing>, kMatvecThreads, smem));
@@ -501,7 +575,7 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
     }
     const int resident = cached_resident[slot];
     const int groups_per_block = (kMatvecThreads / 32) / a.warps_per_row;
-    constexpr int kOut = kPair ? matvec_rows<NT>() / 2 : matvec_rows<NT>();
+    constexpr int kOut = kPair ? R / 2 : R;
     const int row_groups = (a.w.rows + kOut - 1) / kOut;
     const int blocks = std::min(resident, (row_groups + groups_per_block - 1) / groups_per_block);
     launch(matvec_kernel<TY, NT, kPair, kRing>, blocks, kMatvecThreads, smem, s, a);
@@ -509,12 +583,12 @@ void matvec_launch_kernel(const MatvecArgs& a_in, cudaStream_t s) {
 
 template <Type TY, int NT>
 void matvec_launch_nt(const MatvecArgs& a, cudaStream_t s) {
-    if constexpr (matvec_ring_type<TY>() && NT == 1) {
-        if (!a.norm_x) {
+    if constexpr (matvec_ring_type<TY>()) {
+        if (!a.norm_x && (NT == 1 || matvec_ring_multi() > 0)) {
             switch (matvec_ring()) {
-                case 2: a.up ? matvec_launch_kernel<TY, 1, true, 2>(a, s) : matvec_launch_kernel<TY, 1, false, 2>(a, s); return;
-                case 3: a.up ? matvec_launch_kernel<TY, 1, true, 3>(a, s) : matvec_launch_kernel<TY, 1, false, 3>(a, s); return;
-                case 4: a.up ? matvec_launch_kernel<TY, 1, true, 4>(a, s) : matvec_launch_kernel<TY, 1, false, 4>(a, s); return;
+                case 2: a.up ? matvec_launch_kernel<TY, NT, true, 2>(a, s) : matvec_launch_kernel<TY, NT, false, 2>(a, s); return;
+                case 3: a.up ? matvec_launch_kernel<TY, NT, true, 3>(a, s) : matvec_launch_kernel<TY, NT, false, 3>(a, s); return;
+                case 4: a.up ? matvec_launch_kernel<TY, NT, true, 4>(a, s) : matvec_launch_kernel<TY, NT, false, 4>(a, s); return;
                 default: break;
             }
         }
