@@ -58,6 +58,25 @@ constexpr int matvec_min_blocks() {
 
 DF_DEV void group_barrier(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads)); }
 
+// Step `xor m` of warp_sum over the first n of a lane's values: with n > 1 the lane keeps one
+// half (the upper one where `up`), adds its partner's partial of each kept value to its own and
+// moves them to the front; with n <= 1 a plain warp_sum step on v[0]. Every value takes
+// warp_sum's tree and order (a lane adds its partner's partial to its own): the same bits.
+template <int kN, int n, int m>
+DF_DEV void transposed_sum_step(float (&v)[kN], int lane) {
+    if constexpr (n > 1) {
+        const bool up = lane & m;
+#pragma unroll
+        for (int i = 0; i < n / 2; ++i) {
+            const float send = up ? v[i] : v[i + n / 2];
+            const float keep = up ? v[i + n / 2] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+        }
+    } else {
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], m);
+    }
+}
+
 // Block types whose decode unit is 16 body bytes plus one f16 scale in the split head array
 // (Q8_0: half a block; Q4_0, IQ4_NL: a block), loaded as Raw {q[4], d}: the units of the per-warp
 // cp.async rings (kRing below).
@@ -92,7 +111,8 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT, kRin
     constexpr int kWarps = kMatvecThreads / 32;
     constexpr int U = matvec_unroll<TY, NT>();
     __shared__ __align__(16) unsigned char tab_smem[table_smem_bytes<Q>()];
-    __shared__ float red[kWarps][R * NT];
+    // A group's cross-warp sums; the multi-token ring kernels alternate two buffers per row group.
+    __shared__ float red[kRing > 0 && NT > 1 ? 2 : 1][kWarps][R * NT];
     extern __shared__ __align__(16) float xs[];  // staged activations (T > 1, or a folded norm)
     constexpr int XS = Q::kUnit + 4;             // a unit's row, padded so consecutive lanes hit distinct banks
     const GridTables* tab = stage_tables<Q>(reinterpret_cast<GridTables*>(tab_smem), a.tables);
@@ -275,62 +295,121 @@ __global__ void __launch_bounds__(kMatvecThreads, matvec_min_blocks<TY, NT, kRin
     // Accumulating calls: each writer lane (lane r * NT + t of the group's first warp) reads its
     // output's old value when the row group starts, so that read's latency passes while the row
     // group's chunks are decoded instead of after the reduction (only the writer stores there).
+    // A multi-token ring kernel reduces its R x NT sums transposed (finish): value i ends in the
+    // lanes from i << kXShift on, the first of them writes it; elsewhere lane i writes value i.
+    constexpr bool kTransposed = kRing > 0 && NT > 1;
+    constexpr int kN = R * NT;
+    constexpr int kXShift = kN >= 32 ? 0 : kN == 16 ? 1 : 2;
+    static_assert(!kTransposed || (kN == 8 || kN == 16 || kN == 32), "transposed sums: 8, 16 or 32 values");
+    const int my_value = kTransposed ? lane >> kXShift : lane;
+    const bool value_lane = kTransposed ? (lane & ((1 << kXShift) - 1)) == 0 : lane < kN;
     float old = 0.f;
     auto fetch_old = [&](int rg) {
-        if (!a.accumulate || kPair || warp % wpr != 0 || lane >= R * NT || rg >= row_groups) return;
-        const int r = lane / NT, t = lane % NT;
+        if (!a.accumulate || kPair || warp % wpr != 0 || !value_lane || rg >= row_groups) return;
+        const int r = my_value / NT, t = my_value % NT;
         const Seg sg = seg_of(rg);
         const int row = rg * R + r - sg.row0;
         if (t < a.T && row < sg.rows) old = sg.out[static_cast<size_t>(t) * sg.rows + row];
     };
+    int red_round = 0;  // row groups this warp finished: the same for every warp of its group
     auto finish = [&](int rg) {
+        float (&rb)[kWarps][R * NT] = red[kTransposed ? red_round++ & 1 : 0];
+        if constexpr (kTransposed) {
+            // warp_sum's tree for every value (xor 16, 8, ..., each lane adding its partner's
+            // partial to its own: the same bits), but at each step a lane keeps half of its values
+            // and sends the other half: 31 shuffles for 32 values instead of 160, and one lane
+            // per value at the end.
+            float v[kN];
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
-        bool writer = true;
-        if (wpr > 1) {
-            if (lane == 0) {
-#pragma unroll
-                for (int r = 0; r < R; ++r)
-#pragma unroll
-                    for (int t = 0; t < NT; ++t) red[warp][r * NT + t] = acc[r][t];
+                for (int t = 0; t < NT; ++t) v[r * NT + t] = acc[r][t];
+            transposed_sum_step<kN, kN, 16>(v, lane);
+            transposed_sum_step<kN, kN / 2, 8>(v, lane);
+            transposed_sum_step<kN, kN / 4, 4>(v, lane);
+            transposed_sum_step<kN, kN / 8, 2>(v, lane);
+            transposed_sum_step<kN, kN / 16, 1>(v, lane);
+            float val = v[0];  // value my_value's warp sum
+            bool writer = true;
+            if (wpr > 1) {
+                if (value_lane) rb[warp][my_value] = val;
+                // rb alternates with the row groups, so no second barrier: before a warp of the
+                // group writes this buffer again, every warp (the writer too) has passed the next
+                // row group's barrier.
+                group_barrier(1 + gw, L);
+                writer = warp % wpr == 0;
+                if (writer) {
+                    float w = 0.f;
+                    for (int k = 0; k < wpr; ++k) w += rb[warp + k][my_value];
+                    val = w;
+                }
             }
-            group_barrier(1 + gw, L);
-            writer = warp % wpr == 0;
             if (writer) {
+                const int r = my_value / NT, t = my_value % NT;
+                if constexpr (kPair) {
+                    const float upv = __shfl_sync(0xffffffffu, val, ((my_value + NT) << kXShift) & 31);
+                    const int o = rg * kOut + r / 2;
+                    if (value_lane && t < a.T && (r & 1) == 0 && o < rows) a.out[static_cast<size_t>(t) * rows + o] = silu_f(val) * upv;
+                } else {
+                    const Seg sg = seg_of(rg);
+                    const int row = rg * R + r - sg.row0;
+                    if (value_lane && t < a.T && row < sg.rows)
+                        sg.out[static_cast<size_t>(t) * sg.rows + row] = a.accumulate ? old + val : val;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+            bool writer = true;
+            if (wpr > 1) {
+                if (lane == 0) {
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) rb[warp][r * NT + t] = acc[r][t];
+                }
+                group_barrier(1 + gw, L);
+                writer = warp % wpr == 0;
+                if (writer) {
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) {
+                            float v = 0.f;
+                            for (int k = 0; k < wpr; ++k) v += rb[warp + k][r * NT + t];
+                            acc[r][t] = v;
+                        }
+                }
+                group_barrier(1 + gw, L);  // rb is rewritten by the next row group
+            }
+            if (writer) {
+                // One lane per output value.
+                const Seg sg = seg_of(rg);
 #pragma unroll
                 for (int r = 0; r < R; ++r)
 #pragma unroll
                     for (int t = 0; t < NT; ++t) {
-                        float v = 0.f;
-                        for (int k = 0; k < wpr; ++k) v += red[warp + k][r * NT + t];
-                        acc[r][t] = v;
+                        if (lane != r * NT + t || t >= a.T) continue;
+                        if constexpr (kPair) {
+                            const int o = rg * kOut + r / 2;
+                            if ((r & 1) == 0 && o < rows) a.out[static_cast<size_t>(t) * rows + o] = silu_f(acc[r][t]) * acc[r + 1][t];
+                        } else {
+                            const int row = rg * R + r - sg.row0;
+                            if (row < sg.rows) sg.out[static_cast<size_t>(t) * sg.rows + row] = a.accumulate ? old + acc[r][t] : acc[r][t];
+                        }
                     }
             }
-            group_barrier(1 + gw, L);  // red is rewritten by the next row group
-        }
-        if (writer) {
-            // One lane per output value.
-            const Seg sg = seg_of(rg);
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    if (lane != r * NT + t || t >= a.T) continue;
-                    if constexpr (kPair) {
-                        const int o = rg * kOut + r / 2;
-                        if ((r & 1) == 0 && o < rows) a.out[static_cast<size_t>(t) * rows + o] = silu_f(acc[r][t]) * acc[r + 1][t];
-                    } else {
-                        const int row = rg * R + r - sg.row0;
-                        if (row < sg.rows) sg.out[static_cast<size_t>(t) * sg.rows + row] = a.accumulate ? old + acc[r][t] : acc[r][t];
-                    }
-                }
+                for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
         }
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
     };
 
     // Round k gives row group k * stride + gw * gridDim.x + blockIdx.x to group gw of a block:
