@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <utility>
 
@@ -420,111 +421,100 @@ INSTANTIATE_TEST_SUITE_P(BuiltPairs, CudaImmaTwo,
                          ::testing::Values(std::make_pair(Type::IQ2_XXS, Type::IQ2_XS), std::make_pair(Type::Q5_K, Type::IQ3_XXS)),
                          [](const auto& p) { return type_str(p.param.first) + "_" + type_str(p.param.second); });
 
+// The ring types' matvec cases: for Q8_0, Q4_0 and IQ4_NL and each column count, random
+// matrices of 203, 4096 and 64 rows (rows not a multiple of 4, units not a multiple of the lanes,
+// odd-length head arrays) loaded on the GPU for `body`, released after.
+void for_each_ring_case(Backend& gpu, std::mt19937_64& g, std::initializer_list<int> col_counts,
+                        const std::function<void(int cols, const std::vector<Weight>& w)>& body) {
+    for (Type t : {Type::Q8_0, Type::Q4_0, Type::IQ4_NL}) {
+        for (int cols : col_counts) {
+            SCOPED_TRACE(type_str(t) + " cols " + std::to_string(cols));
+            std::vector<Weight> w;
+            for (int r : {203, 4096, 64}) {
+                const auto m = random_matrix(t, r, cols, g);
+                w.push_back(gpu.load_weight(t, cols, r, m.data(), m.size()));
+            }
+            body(cols, w);
+            for (const Weight& wi : w) gpu.release(const_cast<void*>(wi.data));
+        }
+    }
+}
+
+// The outputs of one T-token call of each kind: w[0] accumulating onto 0.5 + the element's row,
+// w[1] and w[2] held back together (one stacked launch), fused gate/up of (w[0], w[0]).
+std::vector<std::vector<float>> ring_outputs(Backend& gpu, const std::vector<Weight>& w, const float* x, int T) {
+    std::vector<std::unique_ptr<Buf<float>>> o;
+    for (const Weight& wi : w) {
+        const size_t r = static_cast<size_t>(wi.rows);
+        std::vector<float> init(static_cast<size_t>(T) * r);
+        for (size_t i = 0; i < init.size(); ++i) init[i] = 0.5f + static_cast<float>(i % r);
+        o.push_back(std::make_unique<Buf<float>>(gpu, init));
+    }
+    const size_t gate_rows = static_cast<size_t>(T) * static_cast<size_t>(w[0].rows);
+    Buf<float> fb(gpu, gate_rows), sb(gpu, gate_rows);
+    fb.poison();
+    gpu.matmul(w[0], x, T, o[0]->p(), true);
+    for (size_t i = 1; i < w.size(); ++i) gpu.matmul(w[i], x, T, o[i]->p(), false);
+    gpu.ffn_gate_up(w[0], w[0], x, T, fb.p(), sb.p());
+    std::vector<std::vector<float>> out;
+    for (auto& b : o) out.push_back(b->get());
+    out.push_back(fb.get());
+    return out;
+}
+
 // The one-token Q8_0 / Q4_0 / IQ4_NL matvec through per-warp cp.async rings (DF_CUDA_MATVEC_RING)
 // reads the same units in the same order: every depth gives the register kernel's bits, for
-// plain, accumulating, held-back (stacked) and fused gate/up products, rows not a multiple of 4,
-// units not a multiple of the lanes, odd-length head arrays.
+// accumulating, held-back (stacked) and fused gate/up products.
 TEST(CudaMatvecRing, EveryDepthGivesTheRegisterKernelsBits) {
     DF_REQUIRE_CUDA();
     Backend& gpu = *gpu_backend();
     auto g = test_rng();
     const int ring0 = cuda::matvec_ring();
-    for (Type t : {Type::Q8_0, Type::Q4_0, Type::IQ4_NL}) {
-        for (int cols : {2560, 4096, 9728, 160}) {
-            SCOPED_TRACE(type_str(t) + " cols " + std::to_string(cols));
-            const std::vector<int> rows = {203, 4096, 64};
-            std::vector<Weight> w;
-            for (int r : rows) {
-                const auto m = random_matrix(t, r, cols, g);
-                w.push_back(gpu.load_weight(t, cols, r, m.data(), m.size()));
-            }
-            const auto x = randn(g, cols);
-            Buf<float> xb(gpu, x);
-            auto run = [&](int depth) {
-                cuda::set_matvec_ring(depth);
-                std::vector<std::unique_ptr<Buf<float>>> o;
-                for (int r : rows) o.push_back(std::make_unique<Buf<float>>(gpu, std::vector<float>(r, 0.5f)));
-                Buf<float> fb(gpu, rows[0]), sb(gpu, rows[0]);
-                fb.poison();
-                gpu.matmul(w[0], xb.p(), 1, o[0]->p(), true);  // accumulates
-                for (size_t i = 1; i < rows.size(); ++i) gpu.matmul(w[i], xb.p(), 1, o[i]->p(), false);  // stacked
-                gpu.ffn_gate_up(w[0], w[0], xb.p(), 1, fb.p(), sb.p());
-                std::vector<std::vector<float>> out;
-                for (auto& b : o) out.push_back(b->get());
-                out.push_back(fb.get());
-                return out;
-            };
-            const auto ref = run(0);
-            for (int depth : {2, 3, 4}) {
-                const auto got = run(depth);
-                for (size_t i = 0; i < ref.size(); ++i)
-                    EXPECT_EQ(0, std::memcmp(got[i].data(), ref[i].data(), ref[i].size() * 4)) << "output " << i << " depth " << depth;
-            }
-            for (const Weight& wi : w) gpu.release(const_cast<void*>(wi.data));
+    for_each_ring_case(gpu, g, {2560, 4096, 9728, 160}, [&](int cols, const std::vector<Weight>& w) {
+        const auto x = randn(g, cols);
+        Buf<float> xb(gpu, x);
+        cuda::set_matvec_ring(0);
+        const auto ref = ring_outputs(gpu, w, xb.p(), 1);
+        for (int depth : {2, 3, 4}) {
+            cuda::set_matvec_ring(depth);
+            const auto got = ring_outputs(gpu, w, xb.p(), 1);
+            for (size_t i = 0; i < ref.size(); ++i)
+                EXPECT_EQ(0, std::memcmp(got[i].data(), ref[i].data(), ref[i].size() * 4)) << "output " << i << " depth " << depth;
         }
-    }
+    });
     cuda::set_matvec_ring(ring0);
 }
 
 // The T = 2..8 matvecs of the ring types, through the rings with activations staged in shared
-// memory (where they fit: not 9728 columns at T = 8) or read from global memory, or through the
-// staged-activation kernel (DF_CUDA_MATVEC_RING_MULTI 2, 1, 0): every token's outputs are its one-token call's bits (speculative
-// verify relies on it), for accumulating, held-back (stacked) and fused gate/up products, rows
-// not a multiple of 4, units not a multiple of the lanes, every warps-per-row count.
+// memory (from T = 3, where they fit: not 9728 columns at T > 4) or read from global memory, or
+// through the staged-activation kernel (DF_CUDA_MATVEC_RING_MULTI 2, 1, 0): every token's outputs
+// are its one-token call's bits (speculative verify relies on it), for accumulating, held-back
+// (stacked) and fused gate/up products, every warps-per-row count.
 TEST(CudaMatvecRing, VerifySizedCallsGiveOneTokenBits) {
     DF_REQUIRE_CUDA();
     Backend& gpu = *gpu_backend();
     auto g = test_rng();
     const int multi0 = cuda::matvec_ring_multi();
-    for (Type t : {Type::Q8_0, Type::Q4_0, Type::IQ4_NL}) {
-        for (int cols : {2560, 9728, 160}) {
-            SCOPED_TRACE(type_str(t) + " cols " + std::to_string(cols));
-            const std::vector<int> rows = {203, 4096, 64};
-            std::vector<Weight> w;
-            for (int r : rows) {
-                const auto m = random_matrix(t, r, cols, g);
-                w.push_back(gpu.load_weight(t, cols, r, m.data(), m.size()));
-            }
-            // Outputs of a T-token call: w0 accumulating onto 0.5 + row, w1 and w2 held back
-            // together, gate/up of (w0, w1's first rows).
-            auto run = [&](const float* x, int T) {
-                std::vector<std::unique_ptr<Buf<float>>> o;
-                for (int r : rows) {
-                    std::vector<float> init(static_cast<size_t>(T) * r);
-                    for (size_t i = 0; i < init.size(); ++i) init[i] = 0.5f + static_cast<float>(i % r);
-                    o.push_back(std::make_unique<Buf<float>>(gpu, init));
-                }
-                Buf<float> fb(gpu, static_cast<size_t>(T) * rows[0]), sb(gpu, static_cast<size_t>(T) * rows[0]);
-                fb.poison();
-                gpu.matmul(w[0], x, T, o[0]->p(), true);
-                for (size_t i = 1; i < rows.size(); ++i) gpu.matmul(w[i], x, T, o[i]->p(), false);
-                gpu.ffn_gate_up(w[0], w[0], x, T, fb.p(), sb.p());
-                std::vector<std::vector<float>> out;
-                for (auto& b : o) out.push_back(b->get());
-                out.push_back(fb.get());
-                return out;
-            };
-            for (int T : {2, 3, 5, 8}) {
-                const auto x = randn(g, static_cast<size_t>(T) * cols);
-                Buf<float> xb(gpu, x);
-                for (int multi : {2, 1, 0}) {
-                    cuda::set_matvec_ring_multi(multi);
-                    const auto all = run(xb.p(), T);
-                    for (int tt = 0; tt < T; ++tt) {
-                        Buf<float> x1(gpu, std::vector<float>(x.begin() + static_cast<size_t>(tt) * cols,
-                                                              x.begin() + static_cast<size_t>(tt + 1) * cols));
-                        const auto one = run(x1.p(), 1);
-                        for (size_t i = 0; i < one.size(); ++i) {
-                            const size_t n = one[i].size();
-                            EXPECT_EQ(0, std::memcmp(one[i].data(), all[i].data() + tt * n, n * 4))
-                                << "output " << i << " T " << T << " token " << tt << " mode " << multi;
-                        }
+    for_each_ring_case(gpu, g, {2560, 9728, 160}, [&](int cols, const std::vector<Weight>& w) {
+        for (int T : {2, 3, 5, 8}) {
+            const auto x = randn(g, static_cast<size_t>(T) * cols);
+            Buf<float> xb(gpu, x);
+            for (int multi : {2, 1, 0}) {
+                cuda::set_matvec_ring_multi(multi);
+                const auto all = ring_outputs(gpu, w, xb.p(), T);
+                for (int tt = 0; tt < T; ++tt) {
+                    Buf<float> x1(gpu, std::vector<float>(x.begin() + static_cast<size_t>(tt) * cols,
+                                                          x.begin() + static_cast<size_t>(tt + 1) * cols));
+                    const auto one = ring_outputs(gpu, w, x1.p(), 1);
+                    for (size_t i = 0; i < one.size(); ++i) {
+                        const size_t n = one[i].size();
+                        EXPECT_EQ(0, std::memcmp(one[i].data(), all[i].data() + tt * n, n * 4))
+                            << "output " << i << " T " << T << " token " << tt << " mode " << multi;
                     }
                 }
             }
-            for (const Weight& wi : w) gpu.release(const_cast<void*>(wi.data));
         }
-    }
+    });
     cuda::set_matvec_ring_multi(multi0);
 }
 
