@@ -273,7 +273,9 @@ TEST(CudaOps, KvStoreAndAttention) {
                       C{24, 4, 256, 3, 999, KvType::f32, true}, C{32, 8, 128, 8, 37, KvType::f32, false},
                       C{6, 6, 128, 9, 0, KvType::f16, false}, C{24, 4, 256, 257, 0, KvType::f32, true},
                       C{16, 2, 64, 255, 300, KvType::f16, false}, C{24, 4, 256, 1, 8191, KvType::f16, true},
-                      C{12, 4, 96, 20, 70, KvType::f16, false}, C{4, 2, 160, 13, 0, KvType::f32, true}}) {
+                      C{12, 4, 96, 20, 70, KvType::f16, false}, C{4, 2, 160, 13, 0, KvType::f32, true},
+                      // prefill over several key tiles of an f16 cache (its tiles are double-buffered)
+                      C{32, 8, 128, 100, 200, KvType::f16, false}, C{24, 4, 256, 70, 100, KvType::f16, true}}) {
         SCOPED_TRACE(mode_name(mode) + " split heads " + std::to_string(split_heads));
         ScopedAttnMode scoped(mode);
         ScopedSplitHeads scoped_heads(split_heads);
