@@ -123,15 +123,18 @@ void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, 
 // between a head's load, norm, rotation and store: 4B prefill +2.4 %; for decode it was 3.8 %
 // slower). Both sum a head's squares in the block team's order (thread i = 32 w + l summing
 // elements i, i + 128, ..., warp w's xor tree, then w = 0..3 in order): the same bits.
+// A decode block stays at 32 registers: 4,096 registers (one such block) is what an SM has left
+// beside three blocks of the ring matvec before it, so the block becomes resident early and
+// computes its angles before pdl_wait (at 40 registers the 4B decoded ~1 % slower).
 template <bool kWarpTeams>
-__global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
+__global__ void __launch_bounds__(128, kWarpTeams ? 1 : 16) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
     pdl_trigger();  // the angles before pdl_wait: no kernel of this forward writes positions (launch.cuh)
     constexpr int kTeam = kWarpTeams ? 32 : 128, kTeams = 128 / kTeam;
     const int t = blockIdx.y, heads0 = a.set[0].heads;
     const int total = heads0 + (a.sets > 1 ? a.set[1].heads : 0);
     const int hb = blockIdx.x * per_block, he = min(total, hb + per_block);
     const int head_dim = a.head_dim, half = a.n_rot / 2;
-    const int team = threadIdx.x / kTeam, rank = threadIdx.x % kTeam;
+    const int team = kWarpTeams ? threadIdx.x / kTeam : 0, rank = kWarpTeams ? threadIdx.x % kTeam : threadIdx.x;
     __shared__ float bufs[kTeams][512], rc[256], rs[256];
     __shared__ double part[4];
     float* const buf = bufs[team];
