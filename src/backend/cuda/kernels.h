@@ -258,6 +258,8 @@ struct AttnPrepArgs {
     bool half_cache = false;
 };
 void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s);
+// Its prefill kernel, a warp per head (attention_prep.cu): per_block heads per block of the grid.
+void launch_attn_prep_warps(const AttnPrepArgs& a, int per_block, dim3 grid, cudaStream_t s);
 
 // See Backend::kv_store (f16 when half_cache).
 void launch_kv_store(const float* k, const float* v, void* k_cache, void* v_cache, bool half_cache,

@@ -115,35 +115,17 @@ void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, 
 }
 
 // One block per token and group of per_block heads of the one or two head sets (numbered set 0
-// first); head_dim <= 512. Prefill takes several heads per block, so a token's rotation angles (a
-// serial product per angle, then cosf and sinf) are computed once for them, not per head.
-// q/k head norms, RoPE and the KV store. A head is prepared by a team: the whole 128-thread
-// block (kWarpTeams false: decode and verify, a block per head, the shortest chain) or one warp
-// (prefill: the block's four warps take heads hb + w, hb + w + 4, ... with no block barrier
-// between a head's load, norm, rotation and store: 4B prefill +2.4 %; for decode it was 3.8 %
-// slower). Both sum a head's squares in the block team's order (thread i = 32 w + l summing
-// elements i, i + 128, ..., warp w's xor tree, then w = 0..3 in order): the same bits.
-// A decode block stays at 32 registers: 4,096 registers (one such block) is what an SM has left
-// beside three blocks of the ring matvec before it, so the block becomes resident early and
-// computes its angles before pdl_wait (at 40 registers the 4B decoded ~1 % slower).
-template <bool kWarpTeams>
-__global__ void __launch_bounds__(128, kWarpTeams ? 1 : 16) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
+// first); head_dim <= 512. Decode and verify launch it with a head per block (the shortest chain;
+// at 31 registers a block fits beside three ring-matvec blocks and computes its token's rotation
+// angles, a serial product per angle and then cosf and sinf, before pdl_wait); prefill takes
+// attn_prep_warps_kernel (attention_prep.cu).
+__global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
     pdl_trigger();  // the angles before pdl_wait: no kernel of this forward writes positions (launch.cuh)
-    constexpr int kTeam = kWarpTeams ? 32 : 128, kTeams = 128 / kTeam;
     const int t = blockIdx.y, heads0 = a.set[0].heads;
     const int total = heads0 + (a.sets > 1 ? a.set[1].heads : 0);
     const int hb = blockIdx.x * per_block, he = min(total, hb + per_block);
     const int head_dim = a.head_dim, half = a.n_rot / 2;
-    const int team = kWarpTeams ? threadIdx.x / kTeam : 0, rank = kWarpTeams ? threadIdx.x % kTeam : threadIdx.x;
-    __shared__ float bufs[kTeams][512], rc[256], rs[256];
-    __shared__ double part[4];
-    float* const buf = bufs[team];
-    auto team_sync = [] {
-        if constexpr (kWarpTeams)
-            __syncwarp();
-        else
-            __syncthreads();
-    };
+    __shared__ float buf[512], rc[256], rs[256];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         // ggml's rope cache: theta_i by i repeated f32 multiplications from the position.
         float theta = static_cast<float>(a.pos[t]);
@@ -152,8 +134,8 @@ __global__ void __launch_bounds__(128, kWarpTeams ? 1 : 16) attn_prep_kernel(con
         rs[i] = sinf(theta);
     }
     pdl_wait();
-    if constexpr (kWarpTeams) __syncthreads();  // the angles are in place (a block team's first sync says so)
-    for (int hh = hb + team; hh < he; hh += kTeams) {
+    for (int hh = hb; hh < he; ++hh) {
+        __syncthreads();  // the previous head is done with buf and part; the angles are in place
         const int first = hh >= heads0;  // (the second set)
         const int h = first ? hh - heads0 : hh;
         // Field by field: indexing the parameter struct with a runtime value would copy it to local memory.
@@ -177,7 +159,7 @@ __global__ void __launch_bounds__(128, kWarpTeams ? 1 : 16) attn_prep_kernel(con
         };
         if (store) {
             const float* vs = a.v + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_dim;
-            for (int i = rank; i < head_dim; i += kTeam) {
+            for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
                 if (a.half_cache)
                     static_cast<__half*>(a.v_cache)[cache_at + i] = __float2half_rn(vs[i]);
                 else
@@ -185,31 +167,21 @@ __global__ void __launch_bounds__(128, kWarpTeams ? 1 : 16) attn_prep_kernel(con
             }
         }
 
-        team_sync();  // the previous head is done with buf (and part); block teams: the angles too
-        for (int i = rank; i < head_dim; i += kTeam) buf[i] = v[i];
-        team_sync();
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = v[i];
+        __syncthreads();
         if (norm_w) {
-            double tot = 0;
-            if constexpr (kWarpTeams) {
-#pragma unroll
-                for (int w = 0; w < 4; ++w) {  // lane l forms warp w's partial of a block team
-                    double sw = 0;
-                    for (int i = 32 * w + rank; i < head_dim; i += 128) sw += static_cast<double>(__fmul_rn(buf[i], buf[i]));
-                    tot = w == 0 ? warp_sum(sw) : tot + warp_sum(sw);
-                }
-            } else {
-                double sw = 0;
-                for (int i = rank; i < head_dim; i += 128) sw += static_cast<double>(__fmul_rn(buf[i], buf[i]));
-                sw = warp_sum(sw);
-                if ((rank & 31) == 0) part[rank >> 5] = sw;
-                __syncthreads();
-                tot = part[0] + part[1] + part[2] + part[3];
-            }
+            double s = 0;
+            for (int i = threadIdx.x; i < head_dim; i += blockDim.x) s += static_cast<double>(__fmul_rn(buf[i], buf[i]));
+            __shared__ double part[4];
+            s = warp_sum(s);
+            if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+            __syncthreads();
+            const double tot = part[0] + part[1] + part[2] + part[3];
             const float scale = rms_scale(tot, head_dim, a.eps);
-            for (int i = rank; i < head_dim; i += kTeam) buf[i] = __fmul_rn(__fmul_rn(buf[i], scale), norm_w[i]);
-            team_sync();
+            for (int i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = __fmul_rn(__fmul_rn(buf[i], scale), norm_w[i]);
+            __syncthreads();
         }
-        for (int i = rank; i < head_dim; i += kTeam) {
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
             if (i < half) {
                 const float c = rc[i], sn = rs[i];
                 const float x0 = buf[i], x1 = buf[i + half];
@@ -327,10 +299,10 @@ void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s) {
     // 256 tokens on: two rounds of the warps).
     const int heads = a.set[0].heads + (a.sets > 1 ? a.set[1].heads : 0);
     if (a.T <= 8) {
-        launch(attn_prep_kernel<false>, dim3(heads, a.T), 128, 0, s, a, 1);
+        launch(attn_prep_kernel, dim3(heads, a.T), 128, 0, s, a, 1);
     } else {
         const int per_block = a.T >= 256 ? 8 : 4;
-        launch(attn_prep_kernel<true>, dim3((heads + per_block - 1) / per_block, a.T), 128, 0, s, a, per_block);
+        launch_attn_prep_warps(a, per_block, dim3((heads + per_block - 1) / per_block, a.T), s);
     }
 }
 
