@@ -13,7 +13,6 @@
 //   cmake --build build-cuda --target pdl_chain && build-cuda/bench/pdl_chain
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
 #include <cuda_runtime.h>
 

@@ -101,6 +101,39 @@ TEST(CudaOps, HeadNormRopeGatedLayoutLargePositions) {
     }
 }
 
+// Prefill's prep kernel (a warp per head, T > 8) and decode's (a block per head) sum a head's
+// squares in one order: a prefill's rows equal one-token calls at the same positions bit for bit.
+TEST(CudaOps, HeadNormRopePrefillRowsEqualOneTokenCalls) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    struct Case { int heads, head_dim, n_rot, T; };
+    for (const Case c : {Case{40, 128, 128, 9}, Case{6, 256, 64, 300}, Case{5, 64, 32, 17}}) {
+        SCOPED_TRACE("heads " + std::to_string(c.heads) + " dim " + std::to_string(c.head_dim) + " T " + std::to_string(c.T));
+        const int row = c.heads * c.head_dim, pos0 = 1000;
+        const auto x = randn(g, static_cast<size_t>(c.T) * row, 2.f);
+        const auto w = randn(g, c.head_dim);
+        std::vector<int32_t> pos(c.T);
+        for (int t = 0; t < c.T; ++t) pos[t] = pos0 + t;
+        Buf<float> xa(gpu, x), wg(gpu, w);
+        Buf<int32_t> pg(gpu, pos);
+        const RopeShape rope{c.n_rot, 1e6f};
+        Step s;
+        s.T = c.T;
+        s.pos = pg.p();
+        gpu.head_norm_rope(xa.p(), c.heads, c.head_dim, c.head_dim, row, wg.p(), 1e-6f, rope, s);
+        const auto all = xa.get();
+        for (int t = 0; t < c.T; t += std::max(1, c.T / 7)) {
+            Buf<float> xt(gpu, std::vector<float>(x.begin() + static_cast<size_t>(t) * row, x.begin() + static_cast<size_t>(t + 1) * row));
+            Step st;
+            st.T = 1;
+            st.pos = pg.p() + t;
+            gpu.head_norm_rope(xt.p(), c.heads, c.head_dim, c.head_dim, row, wg.p(), 1e-6f, rope, st);
+            EXPECT_EQ(0, std::memcmp(xt.get().data(), all.data() + static_cast<size_t>(t) * row, sizeof(float) * row)) << "token " << t;
+        }
+    }
+}
+
 // An attention layer's q and k head_norm_rope calls and its kv_store, which the CUDA backend
 // launches as one kernel, against the CPU backend's three ops.
 TEST(CudaOps, HeadNormRopeOfQAndKWithKvStoreFused) {
