@@ -1,9 +1,11 @@
 // Per-head q/k norm, RoPE and KV store for prefill (T > 8): norm.cu's attn_prep_kernel with a
 // warp per head. The block's four warps take heads hb + w, hb + w + 4, ... with no block barrier
 // between a head's load, norm, rotation and store (4B prefill +2.4 %). A copy of attn_prep_kernel's
-// per-head steps on purpose: one template for both made decode ~1 % slower (three A/B runs). The
-// sum of squares keeps attn_prep_kernel's order (thread i = 32 w + l summing elements i, i + 128,
-// ..., warp w's xor tree, then w = 0..3 in order), so both give the same bits.
+// per-head steps on purpose: one template for both (in norm.cu) made decode ~1 % slower in three
+// A/B runs, and sharing the steps through inline helpers (attn_prep_kernel at 32 registers with a
+// 4-byte spill instead of 31) 2 % slower. The sum of squares keeps attn_prep_kernel's order (thread
+// i = 32 w + l summing elements i, i + 128, ..., warp w's xor tree, then w = 0..3 in order), so
+// both give the same bits.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/device_util.cuh"
