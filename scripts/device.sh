@@ -214,15 +214,15 @@ PY
         ;; esac
     case ",$phases," in *,kernel-profile,*)
         # One launch of a kernel inside a real prefill, with ncu's sections
-        # (KERNEL_PROFILE="preset:tokens:kernel-regex:launches-to-skip ...").
+        # (KERNEL_PROFILE="preset:tokens:kernel-regex:launches-to-skip[:launches] ...").
         echo "== ncu sections of one kernel launch in a prefill"
         local sec="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats"
         local i=0 kp
         for kp in ${KERNEL_PROFILE:-qwen3-4b-q8_0:4096:attn_prefill:130}; do
-            IFS=':' read -r p n k skip <<<"$kp"
+            IFS=':' read -r p n k skip cnt <<<"$kp"
             [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
-            ncu --clock-control none $sec --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active" \
-                -k "regex:$k" --launch-skip "$skip" --launch-count 1 \
+            ncu --clock-control none $sec --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,lts__t_sectors_srcunit_tex.sum" \
+                -k "regex:$k" --launch-skip "$skip" --launch-count "${cnt:-1}" \
                 $D bench -m "/tmp/$p.gguf" --backend cuda -p "$n" -n 1 --reps 1 > "$out/kprof_$i.txt" 2>&1
             echo "-- $kp"
             grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/kprof_$i.txt" | sort -k3 -gr | head -n 8

@@ -67,13 +67,16 @@ struct MatmulCase {
     int rows, cols;
 };
 
-// x_scale[t] multiplies token t's random activations (tokens past its end: 1).
+// x_scale[t] multiplies token t's random activations (tokens past its end: 1); edit changes the
+// random matrix's bytes first.
 void check_matmul(Type t, int rows, int cols, const std::vector<int>& Ts, bool accumulate, bool split = true,
-                  bool expect_exact_f16 = false, const std::vector<float>& x_scale = {}) {
+                  bool expect_exact_f16 = false, const std::vector<float>& x_scale = {},
+                  const std::function<void(std::vector<uint8_t>&)>& edit = {}) {
     Backend& cpu = *cpu_backend();
     Backend& gpu = *gpu_backend();
     auto g = test_rng();
-    const auto m = random_matrix(t, rows, cols, g);
+    auto m = random_matrix(t, rows, cols, g);
+    if (edit) edit(m);
     const auto wf = dequant_matrix(t, m, rows, cols);
     const Weight wc = cpu.load_weight(t, cols, rows, m.data(), m.size());
     const Weight wg = gpu.load_weight(t, cols, rows, m.data(), m.size());
@@ -181,6 +184,58 @@ TEST(CudaMatmulShapes, ExactF16GemmActivationRanges) {
     const std::vector<float> scale = {0.f, 1e-30f, 1e25f, 1.f, 3e-6f, 1e-38f, 65504.f, 1e4f, 0.5f, 1e-20f};
     for_each_qgemm_form([&] {
         for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::Q4_K}) check_matmul(t, 70, 512, {10, 40}, false, true, true, scale);
+    });
+}
+
+// The wgmma GEMM's thread block clusters share each activation slab (one TMA copy per block,
+// multicast to the cluster): every cluster size gives the same bits, with row tiles that the
+// larger sizes do not divide (3 tiles: clusters of 1), token tails and split K.
+TEST(CudaMatmulShapes, WgmmaClustersGiveTheSameBits) {
+    DF_REQUIRE_CUDA();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu_backend());
+    if (!cuda.qgemm_wgmma()) GTEST_SKIP() << "no wgmma form here (needs an sm_90a build on a 9.0 device)";
+    const int cluster_default = cuda::qgemm_cluster();
+    auto g = test_rng();
+    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::Q4_K}) {
+        for (int rows : {512, 192}) {
+            const int cols = 1024;
+            const auto m = random_matrix(t, rows, cols, g);
+            const Weight w = cuda.load_weight(t, cols, rows, m.data(), m.size());
+            for (int T : {130, 300}) {
+                SCOPED_TRACE(type_str(t) + " rows " + std::to_string(rows) + " T " + std::to_string(T));
+                EXPECT_TRUE(cuda.gemm_on_exact_f16(w, T)) << "not on the exact-f16 GEMM";
+                const auto x = randn(g, static_cast<size_t>(T) * cols);
+                Buf<float> xg(cuda, x), out(cuda, static_cast<size_t>(T) * rows);
+                std::vector<float> first;
+                for (int c : {1, 2, 4, 8}) {
+                    cuda::set_qgemm_cluster(c);
+                    out.poison();
+                    cuda.matmul(w, xg.p(), T, out.p(), false);
+                    const auto got = out.get();
+                    if (first.empty())
+                        first = got;
+                    else
+                        EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float))) << "cluster " << c;
+                }
+            }
+            cuda.release(const_cast<void*>(w.data));
+        }
+    }
+    cuda::set_qgemm_cluster(cluster_default);
+}
+
+// Q8_0 on wgmma carries d q in the weights as f16 hi + lo, which a block scale |d| >= 512 could
+// overflow: such a weight folds its scales per slab instead. Both forms against the CPU.
+TEST(CudaMatmulShapes, Q8_0WideScalesFold) {
+    DF_REQUIRE_CUDA();
+    for_each_qgemm_form([] {
+        for (const uint16_t d : {0x5FFFu, 0x6000u, 0xE400u}) {  // 511.75 (the largest carried), 512, -1024
+            SCOPED_TRACE("a block scale of f16 bits " + std::to_string(d));
+            check_matmul(Type::Q8_0, 192, 1024, {9, 130}, false, true, true, {}, [d](std::vector<uint8_t>& m) {
+                constexpr size_t kBlock = 34, kRow = 1024 / 32 * kBlock;
+                for (size_t r : {size_t{3}, size_t{100}}) std::memcpy(m.data() + r * kRow + 5 * kBlock, &d, 2);
+            });
+        }
     });
 }
 

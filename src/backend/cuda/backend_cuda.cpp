@@ -196,6 +196,7 @@ void CudaBackend::release(void* p) {
         }
         auto it = allocs_.find(p);
         DF_CUDA_REQUIRE(it != allocs_.end(), "release of a pointer this backend did not allocate");
+        q8_wide_.erase(p);
         account(it->second.first, it->second.second, false);
         allocs_.erase(it);
     }
@@ -256,6 +257,7 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
         staging_bytes_ = kStagingBytes;
     }
     const auto* src = static_cast<const uint8_t*>(host);
+    bool q8_wide = false;  // a Q8_0 block scale |d| >= 512 (or inf, NaN): f16 bits 0x6000 and up
     const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(staging_bytes_ / lay.row_stride));
     std::vector<uint8_t> big;  // a single row larger than the staging buffer
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -265,8 +267,17 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
             big.resize(lay.row_stride);
             buf = big.data();
         }
-        for (int64_t r = 0; r < n; ++r)
-            pack_row(type, held, src + static_cast<size_t>(r0 + r) * src_row, cols, lay, buf + static_cast<size_t>(r) * lay.row_stride);
+        for (int64_t r = 0; r < n; ++r) {
+            uint8_t* row = buf + static_cast<size_t>(r) * lay.row_stride;
+            pack_row(type, held, src + static_cast<size_t>(r0 + r) * src_row, cols, lay, row);
+            if (held == quant::Type::Q8_0) {
+                uint16_t d;  // the split heads: one f16 per 32 columns
+                for (int64_t b = 0; b < cols / 32; ++b) {
+                    std::memcpy(&d, row + lay.head_off + 2 * b, 2);
+                    q8_wide |= (d & 0x7FFFu) >= 0x6000u;
+                }
+            }
+        }
         DF_CUDA_CHECK(cudaMemcpyAsync(dev + static_cast<size_t>(r0) * lay.row_stride, buf, static_cast<size_t>(n) * lay.row_stride,
                                       cudaMemcpyHostToDevice, stream_));
         DF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the staging buffer is refilled next
@@ -289,6 +300,7 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
             imma_tiles_ = tiles;
         }
     }
+    if (q8_wide) q8_wide_.insert(dev);
     Weight w;
     w.type = held;
     w.cols = cols;
@@ -498,13 +510,15 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     a.accumulate = accumulate;
     a.itables = imma_tables_;
     a.wg_order = qg_wg_;
+    a.fold_scales = q8_fold_all_ || q8_wide_.count(w.data) != 0;
     const bool wg = qg_wg_ && e.launch_wg;
     const int tile_rows = wg ? kQGemmWgTileRows : kQGemmTileRows;
     // Split K when that fills the waves of resident blocks better: the estimated time of s splits
     // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;
     // at least two units per range, partial sums within the scratch. Deterministic either way.
     const int64_t tiles = ((w.rows + tile_rows - 1) / tile_rows) * ((T + kQGemmTileTokens - 1) / kQGemmTileTokens);
-    const int64_t slots = static_cast<int64_t>(wg ? kQGemmWgBlocksPerSm : kQGemmBlocksPerSm) * sm_count_;
+    const int per_sm = !wg ? kQGemmBlocksPerSm : e.wg_in_a && !a.fold_scales ? kQGemmWgInABlocksPerSm : kQGemmWgBlocksPerSm;
+    const int64_t slots = static_cast<int64_t>(per_sm) * sm_count_;
     const int64_t max_splits = may_split ? std::min<int64_t>({8, w.cols / e.unit / 2, kQGemmPartialFloats / (int64_t{T} * w.rows)}) : 1;
     int64_t splits = 1;
     double best = 1e30;

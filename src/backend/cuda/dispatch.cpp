@@ -16,6 +16,9 @@ constexpr int kDefaultCluster = 16, kDefaultClusterKeys = 128;
 // The one-token Q8_0 matvec's cp.async ring: 2 and 3 chunks measured equal (4B 466 vs 425-428 tok/s
 // without), 4 (two blocks per SM) 410; four blocks per SM at 64 registers lost (423 / 452).
 constexpr int kDefaultRing = 2;
+// The wgmma GEMM's clusters: 2 against 1 / 4 / 8, 27B prefill at 4096 +2.3 % / +8 % / +20 %
+// (bench/RESULTS.md, session 29).
+constexpr int kDefaultQGemmCluster = 2;
 std::atomic<bool>& pdl_flag() {
     static std::atomic<bool> on{[] {
         const char* e = std::getenv("DF_CUDA_PDL");
@@ -58,7 +61,17 @@ std::atomic<int>& ring_multi_value() {
     static std::atomic<int> v{env_int("DF_CUDA_MATVEC_RING_MULTI", 2, multi_ok)};
     return v;
 }
+bool qgemm_cluster_ok(int n) { return n >= 1 && n <= 8 && (n & (n - 1)) == 0; }
+std::atomic<int>& qgemm_cluster_value() {
+    static std::atomic<int> v{env_int("DF_CUDA_QGEMM_CLUSTER", kDefaultQGemmCluster, qgemm_cluster_ok)};
+    return v;
+}
 }  // namespace
+
+int qgemm_cluster() { return qgemm_cluster_value().load(std::memory_order_relaxed); }
+void set_qgemm_cluster(int blocks) {
+    qgemm_cluster_value().store(qgemm_cluster_ok(blocks) ? blocks : kDefaultQGemmCluster, std::memory_order_relaxed);
+}
 
 int matvec_ring() { return ring_value().load(std::memory_order_relaxed); }
 void set_matvec_ring(int depth) { ring_value().store(ring_ok(depth) ? depth : 0, std::memory_order_relaxed); }

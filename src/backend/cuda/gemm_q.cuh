@@ -155,6 +155,24 @@ struct GemmQ<Type::Q8_0> : GemmQNoTabs {
         s8x8_to_f16(w.x, w.y, 1, h);
     }
     static DF_DEV float scale(const uint8_t*, const uint8_t* hd, int, int m) { return f16_bits_to_f32(lds_u16(hd + 2 * m)); }
+    // The weights d q themselves as f16 pairs hi + lo (the wgmma GEMM's form without a per-slab
+    // fold): q and d are f16, so d q is a multiple of d's last bit (>= 2^-24) with at most 11 + 7
+    // significant bits; hi = d q rounded, and lo = d q - hi, formed by one FMA, is exact, as is
+    // hi + lo = d q, unless |d q| > 65504 (|d| >= 512: the caller folds those per slab instead).
+    static constexpr bool kScaleInA = true;
+    static DF_DEV void slab_hl(const ImmaLane& l, const uint8_t* r, const uint8_t* hd, int m, uint32_t (&hi)[4],
+                               uint32_t (&lo)[4]) {
+        uint32_t qf[4];
+        slab(l, r, m, qf);
+        const __half2 d2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(lds_u16(hd + 2 * m))));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const __half2 q2 = *reinterpret_cast<const __half2*>(&qf[k]);
+            const __half2 h = __hmul2(q2, d2);
+            hi[k] = f16_bits(h);
+            lo[k] = f16_bits(__hfma2(q2, d2, __hneg2(h)));
+        }
+    }
 };
 
 // K-quants with mins, units of one 256-element block staged whole (kHead 0). sc q <= 63 * 31,
@@ -370,13 +388,19 @@ __global__ void __launch_bounds__(kQgThreads, kQGemmBlocksPerSm) qgemm_kernel(co
         }
 }
 
-// Checks a qgemm's arguments, raises the kernel's shared-memory limit on first use and launches
-// it over blocks of bm rows x bn tokens (x splits); shared by this kernel and gemm_wg.cuh's.
-template <Type TY, auto kKernel>
-void qgemm_start(const QGemmArgs& a, int smem, int bm, int bn, int threads, cudaStream_t s) {
+// A qgemm's arguments against the kernels' contract.
+template <Type TY>
+void qgemm_check(const QGemmArgs& a) {
     DF_CUDA_REQUIRE(a.T > 0 && a.w.cols % GemmQ<TY>::kUnitCols == 0, "qgemm: cols must be a multiple of the unit");
     DF_CUDA_REQUIRE(a.splits >= 1 && a.splits <= a.w.cols / GemmQ<TY>::kUnitCols && (a.splits == 1 || a.partial),
                     "qgemm: bad split");
+}
+
+// Checks a qgemm's arguments, raises the kernel's shared-memory limit on first use and launches
+// it over blocks of bm rows x bn tokens (x splits).
+template <Type TY, auto kKernel>
+void qgemm_start(const QGemmArgs& a, int smem, int bm, int bn, int threads, cudaStream_t s) {
+    qgemm_check<TY>(a);
     static bool attr_set = false;  // ops are issued from one thread
     if (!attr_set) {
         DF_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -20,27 +20,42 @@
 // wgmma of a kernel that reads accumulators while one is in flight), and the other resident
 // block's wgmma fill that gap. Stages are refilled two slabs after their use.
 //
-// Block: 128 threads (one warpgroup), 64 rows x 128 tokens; weight units and activation slabs
-// staged by cp.async in rings as in gemm_q.cuh.
+// Block: 128 threads (one warpgroup), 64 rows x 128 tokens; weight units staged by cp.async in a
+// ring as in gemm_q.cuh. Activation slabs come by TMA (tma.cuh) into a ring of stages, one
+// mbarrier per stage counting its bytes: the C blocks of a thread block cluster hold consecutive
+// row tiles of the same tokens, and block r copies tokens r/C .. (r+1)/C of each slab into all C
+// blocks at once (a 16 KB slab per 2 KB of weights: with a block's own copies the GEMM was bound
+// by L2 bandwidth, 75-85 % of it with the tensor pipe ~40 % busy; session 29). A stage is
+// refilled when every block of the cluster has released it (a second mbarrier per stage, one
+// arrival per block).
 #pragma once
 
 #include "backend/cuda/gemm_q.cuh"
+#include "backend/cuda/tma.cuh"
 #include "backend/cuda/wgmma.cuh"
 
 namespace df::cuda {
 
-inline constexpr int kWgThreads = 128, kWgBM = kQGemmWgTileRows, kWgBN = 128, kWgStages = 5;
-inline constexpr int kWgAhead = kWgStages - 2;      // slabs in flight ahead of the one decoded
+inline constexpr int kWgThreads = 128, kWgBM = kQGemmWgTileRows, kWgBN = 128;
 inline constexpr int kWgSlabBytes = kWgBN * 128;    // tokens x 8 chunks x 16 bytes
 static_assert(kWgBM == 64 && kWgThreads == 128, "one warpgroup, a warp per 16 rows");
 
-template <class G>
-constexpr int wg_unit_slots() { return (kWgAhead + qg_slabs_per_unit<G>() - 1) / qg_slabs_per_unit<G>() + 1; }
+// Slab stages and resident blocks per SM of a form; L = stages - 2 slabs are in flight ahead of
+// the one decoded.
+template <bool kInA>
+inline constexpr int kWgStagesOf = kInA ? kQGemmWgInAStages : 5;
+template <bool kInA>
+inline constexpr int kWgBlocksOf = kInA ? kQGemmWgInABlocksPerSm : kQGemmWgBlocksPerSm;
+
+template <class G, bool kInA>
+constexpr int wg_unit_slots() { return (kWgStagesOf<kInA> - 2 + qg_slabs_per_unit<G>() - 1) / qg_slabs_per_unit<G>() + 1; }
 template <class G>
 constexpr int wg_unit_bytes() { return kWgBM * (G::kStride + G::kHead); }
 // + 1024: the slab stages start on a 1024-byte boundary (the swizzle atom).
-template <class G>
-constexpr int wg_smem_bytes() { return 1024 + kWgStages * kWgSlabBytes + wg_unit_slots<G>() * wg_unit_bytes<G>() + qg_tabs_bytes<G>(); }
+template <class G, bool kInA>
+constexpr int wg_smem_bytes() {
+    return 1024 + kWgStagesOf<kInA> * kWgSlabBytes + wg_unit_slots<G, kInA>() * wg_unit_bytes<G>() + qg_tabs_bytes<G>();
+}
 // Q8_0's scale changes every slab; the other types' over a 256-column unit.
 template <class G>
 constexpr int wg_scale_slabs() { return G::kUnitCols == 64 ? 1 : qg_slabs_per_unit<G>(); }
@@ -48,10 +63,14 @@ constexpr int wg_scale_slabs() { return G::kUnitCols == 64 ? 1 : qg_slabs_per_un
 // K-major, 128-byte swizzle, 8-row atoms 1024 bytes apart (the leading offset is unused).
 DF_DEV uint64_t wg_desc_sw128(uint32_t addr) { return wg_desc(addr, 16, 1024) | (uint64_t{1} << 62); }
 
-template <Type TY>
-__global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kernel(const QGemmArgs a) {
+// kInA (Q8_0): the weights as d q = hi + lo in A (GemmQ::slab_hl), three products per k16 step
+// (hi x, lo x_hi; lo x_lo dropped, ~2^-22) straight into the result: no temporary accumulator,
+// no fold and no wait for each slab's products (Q8_0's scale changes every slab).
+template <Type TY, bool kInA>
+__global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
+    qgemm_wg_kernel(const QGemmArgs a, const __grid_constant__ CUtensorMap xmap) {
     using G = GemmQ<TY>;
-    constexpr int S = kWgStages, L = kWgAhead, SPU = qg_slabs_per_unit<G>(), US = wg_unit_slots<G>();
+    constexpr int S = kWgStagesOf<kInA>, L = S - 2, SPU = qg_slabs_per_unit<G>(), US = wg_unit_slots<G, kInA>();
     constexpr int UB = wg_unit_bytes<G>(), BN = kWgBN, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
     static_assert(SPU % SG == 0 && SPU % 2 == 0, "scale groups tile the units; slabs in pairs");
     extern __shared__ __align__(16) uint8_t smem[];
@@ -65,17 +84,26 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
     const QgUnitRange ur = qg_unit_range(a.w.cols / G::kUnitCols, blockIdx.z, a.splits);
     const int u0 = ur.u0, nk = (ur.u1 - ur.u0) * SPU;
 
+    // full[s]: stage s's slab has landed (one arrival, the slab's bytes); empty[s]: every block of
+    // the cluster is done with it (one arrival per block).
+    __shared__ __align__(8) uint64_t bars[2 * S];
+    const uint32_t full0 = smem_addr(bars), empty0 = full0 + 8 * S;
+    const uint32_t C = cluster_blocks(), rank = cluster_rank();
+    const int slice = BN / static_cast<int>(C);  // tokens this block copies into every block
+
     pdl_trigger();
     G::load_tabs(tabs, a.itables);
+    if (tid == 0) {
+        for (int st = 0; st < S; ++st) {
+            mbar_init(full0 + 8 * st, 1);
+            mbar_init(empty0 + 8 * st, C);
+        }
+        mbar_init_fence();
+    }
     // Copy roles: thread t copies row t % 64 of every unit, its chunks j = t / 64 (mod 2), and the
-    // head if t < 64; of every slab, chunks cq and cq + 4 (cq = lane / 8) of tokens
-    // 8 (warp + 4 k) + r (r = lane % 8, k < 4): a warp's copy is 8 tokens x 4 chunks, which the
-    // swizzle spreads over all banks, and 64 contiguous bytes per token.
+    // head if t < 64; thread 0 issues the slabs' copies.
     const int a_row = tid & (kWgBM - 1), a_half = tid / kWgBM;
     const uint8_t* const a_src = a.w.data + static_cast<size_t>(min(m0 + a_row, rows - 1)) * a.w.row_stride;
-    const int b_r = lane & 7, b_cq = lane >> 3, b_n = 8 * warp + b_r;
-    const size_t tok_halves = 2 * static_cast<size_t>(a.w.cols);
-    const uint16_t* const b_src = a.xhl + static_cast<size_t>(n0 + b_n) * tok_halves + b_cq * 8;
     auto issue_unit = [&](int lu) {
         const int u = u0 + lu;
         uint8_t* dst = units_smem + (lu % US) * UB;
@@ -87,24 +115,24 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
         if constexpr (G::kHead > 0)
             if (a_half == 0) cp_async<G::kHead>(dst + kWgBM * G::kStride + a_row * G::kHead, a_src + a.w.head_off + G::head_src(u));
     };
-    // Slab i into stage i % S (and the unit starting there); always commits a group.
+    // Slab i into stage i % S (and the unit starting there); always commits a group (of the
+    // units' copies). The slab: this block's slice of its tokens into every block of the cluster,
+    // once all of them have released the stage's previous slab (i - S); rows past T are zeros.
     auto issue = [&](int i) {
         if (i < nk) {
             if (i > 0 && i % SPU == 0) issue_unit(i / SPU);
-            uint8_t* dst = slabs_smem + (i % S) * kWgSlabBytes + b_n * 128;
-            const uint16_t* src = b_src + (static_cast<size_t>(u0) * SPU + i) * 64;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const bool ok = n0 + b_n + 32 * k < T;
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    cp_async16_or_zero(dst + k * 4096 + (((b_cq + 4 * h) ^ b_r) << 4), ok ? src + k * 32 * tok_halves + h * 32 : a.xhl, ok);
-            }
+            // Every thread waits for the stage (no branch on the thread: see tma.cuh); thread 0 copies.
+            const int st = i % S;
+            if (i >= S) mbar_wait(empty0 + 8 * st, (i / S - 1) & 1);
+            mbar_arrive_expect_tx(tid == 0, full0 + 8 * st, kWgSlabBytes);
+            tma_load_2d(tid == 0, smem_addr(slabs_smem + st * kWgSlabBytes) + rank * slice * 128, &xmap, full0 + 8 * st,
+                        (u0 * SPU + i) * 64, n0 + static_cast<int>(rank) * slice, static_cast<uint16_t>((1u << C) - 1));
         }
         cp_async_commit();
     };
     issue_unit(0);
     cp_async_commit();
+    cluster_sync_all();  // every block's barriers are initialized before copies or arrivals reach them
     pdl_wait();
 #pragma unroll
     for (int i = 0; i < L; ++i) issue(i);
@@ -113,24 +141,34 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
     const int r0 = 16 * warp + g, r1 = r0 + 8;
     constexpr bool kMins = decoder_has_mins<G>();
     constexpr int TM = kMins ? 64 : 1;
-    float acc[64], t[64], sv[2][2];  // result, temporary accumulator, row scales per slab parity
+    float acc[64], t[kInA ? 1 : 64], sv[2][2];  // result, temporary accumulator, row scales per slab parity
     float tm[TM], svm[2][2];         // mins: sums of the sub-block minimum times x, - dmin per row
-    uint32_t af[2][2][4];            // A fragments per slab parity and k16 step
+    uint32_t af[2][2][4];            // A fragments per slab parity and k16 step (kInA: the hi halves)
+    uint32_t al[kInA ? 2 : 1][2][4]; // kInA: the lo halves
     uint32_t am[2][4];               // mins: the rows' minimum pairs (the same at both k16 steps)
 #pragma unroll
     for (int e = 0; e < 64; ++e) acc[e] = 0.f;
 
-    // Waits for slab i, refills the stage of slab i - 2 (its wgmma group is done in every warp)
-    // and decodes slab i into af[P] (and its group's scales into sv[P] at the group's end).
+    // Waits for slab i, releases the stage of slab i - 2 (its wgmma group is done in every warp)
+    // in every block of the cluster, refills it with slab i + L and decodes slab i into af[P] (and
+    // its group's scales into sv[P] at the group's end).
     auto prepare = [&]<int P>(int i) {
         cp_async_wait<L - 1>();
-        fence_proxy_async();  // the copies' writes before wgmma's reads
+        mbar_wait(full0 + 8 * (i % S), (i / S) & 1);
         __syncthreads();
+        if (i >= 2) mbar_arrive_remote(tid < static_cast<int>(C), empty0 + 8 * ((i - 2) % S), static_cast<uint32_t>(tid) % C);
         issue(i + L);
         const int lu = i / SPU, m = i % SPU;
         const uint8_t* us = units_smem + (lu % US) * UB;
         uint32_t h0[4], h1[4];
-        if constexpr (kMins) {
+        if constexpr (kInA) {
+            const uint8_t* hs = us + kWgBM * G::kStride;
+            uint32_t l0[4], l1[4];
+            G::slab_hl(ln, us + r0 * G::kStride, hs + r0 * G::kHead, m, h0, l0);
+            G::slab_hl(ln, us + r1 * G::kStride, hs + r1 * G::kHead, m, h1, l1);
+            al[P][0][0] = l0[0]; al[P][0][1] = l1[0]; al[P][0][2] = l0[1]; al[P][0][3] = l1[1];
+            al[P][1][0] = l0[2]; al[P][1][1] = l1[2]; al[P][1][2] = l0[3]; al[P][1][3] = l1[3];
+        } else if constexpr (kMins) {
             uint32_t mn0, mn1;
             G::slab(ln, us + r0 * G::kStride, m, h0, mn0);
             G::slab(ln, us + r1 * G::kStride, m, h1, mn1);
@@ -141,7 +179,7 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
         }
         af[P][0][0] = h0[0]; af[P][0][1] = h1[0]; af[P][0][2] = h0[1]; af[P][0][3] = h1[1];
         af[P][1][0] = h0[2]; af[P][1][1] = h1[2]; af[P][1][2] = h0[3]; af[P][1][3] = h1[3];
-        if (i % SG == SG - 1) {
+        if (!kInA && i % SG == SG - 1) {
             const uint8_t* hs = us + kWgBM * G::kStride;
             sv[P][0] = G::scale(us + r0 * G::kStride, hs + r0 * G::kHead, u0 + lu, m);
             sv[P][1] = G::scale(us + r1 * G::kStride, hs + r1 * G::kHead, u0 + lu, m);
@@ -151,34 +189,48 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
             }
         }
     };
-    // Slab i's four products into t (the mins' four into tm); slab i + 1 is prepared while they
-    // run. The accumulators are read (the fold) only with no wgmma in flight: ptxas serializes
-    // every wgmma otherwise.
+    // Slab i's four products into t (the mins' four into tm; kInA: six into acc); slab i + 1 is
+    // prepared while they run. The accumulators are read (the fold) only with no wgmma in flight:
+    // ptxas serializes every wgmma otherwise.
     auto compute = [&]<int P>(int i) {
         const uint32_t sb = smem_addr(slabs_smem + (i % S) * kWgSlabBytes);
         wgmma_fence();
-        wgmma_m64n128k16_f16(t, af[P][0], wg_desc_sw128(sb + 0), i % SG != 0);  // step 0 hi
-        wgmma_m64n128k16_f16(t, af[P][0], wg_desc_sw128(sb + 64), true);       // step 0 lo
-        wgmma_m64n128k16_f16(t, af[P][1], wg_desc_sw128(sb + 32), true);       // step 1 hi
-        wgmma_m64n128k16_f16(t, af[P][1], wg_desc_sw128(sb + 96), true);       // step 1 lo
-        if constexpr (kMins) {  // - dmin sum_k m(k) x_k: the minimum as the weight
-            wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 0), i % SG != 0);
-            wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 64), true);
-            wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 32), true);
-            wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 96), true);
-        }
-        wgmma_commit();
-        if (i + 1 < nk) {
-            wgmma_wait<1>();  // slab i - 1's group: af[1 - P] is free
-            prepare.template operator()<1 - P>(i + 1);
-        }
-        if (i % SG == SG - 1) {
-            wgmma_wait<0>();
+        if constexpr (kInA) {
+            wgmma_m64n128k16_f16(acc, af[P][0], wg_desc_sw128(sb + 0), true);   // step 0: hi x_hi
+            wgmma_m64n128k16_f16(acc, af[P][0], wg_desc_sw128(sb + 64), true);  // hi x_lo
+            wgmma_m64n128k16_f16(acc, al[P][0], wg_desc_sw128(sb + 0), true);   // lo x_hi
+            wgmma_m64n128k16_f16(acc, af[P][1], wg_desc_sw128(sb + 32), true);  // step 1
+            wgmma_m64n128k16_f16(acc, af[P][1], wg_desc_sw128(sb + 96), true);
+            wgmma_m64n128k16_f16(acc, al[P][1], wg_desc_sw128(sb + 32), true);
+            wgmma_commit();
+            if (i + 1 < nk) {
+                wgmma_wait<1>();  // slab i - 1's group: af, al[1 - P] are free
+                prepare.template operator()<1 - P>(i + 1);
+            }
+        } else {
+            wgmma_m64n128k16_f16(t, af[P][0], wg_desc_sw128(sb + 0), i % SG != 0);  // step 0 hi
+            wgmma_m64n128k16_f16(t, af[P][0], wg_desc_sw128(sb + 64), true);       // step 0 lo
+            wgmma_m64n128k16_f16(t, af[P][1], wg_desc_sw128(sb + 32), true);       // step 1 hi
+            wgmma_m64n128k16_f16(t, af[P][1], wg_desc_sw128(sb + 96), true);       // step 1 lo
+            if constexpr (kMins) {  // - dmin sum_k m(k) x_k: the minimum as the weight
+                wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 0), i % SG != 0);
+                wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 64), true);
+                wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 32), true);
+                wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 96), true);
+            }
+            wgmma_commit();
+            if (i + 1 < nk) {
+                wgmma_wait<1>();  // slab i - 1's group: af[1 - P] is free
+                prepare.template operator()<1 - P>(i + 1);
+            }
+            if (i % SG == SG - 1) {
+                wgmma_wait<0>();
 #pragma unroll
-            for (int e = 0; e < 64; ++e) acc[e] = fmaf(t[e], sv[P][(e >> 1) & 1], acc[e]);
-            if constexpr (kMins) {
+                for (int e = 0; e < 64; ++e) acc[e] = fmaf(t[e], sv[P][(e >> 1) & 1], acc[e]);
+                if constexpr (kMins) {
 #pragma unroll
-                for (int e = 0; e < 64; ++e) acc[e] = fmaf(tm[e], svm[P][(e >> 1) & 1], acc[e]);
+                    for (int e = 0; e < 64; ++e) acc[e] = fmaf(tm[e], svm[P][(e >> 1) & 1], acc[e]);
+                }
             }
         }
     };
@@ -187,6 +239,7 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
         compute.template operator()<0>(i);
         compute.template operator()<1>(i + 1);
     }
+    if constexpr (kInA) wgmma_wait<0>();
     cp_async_wait<0>();
 
     // acc[4 j + 2 v + h]: row 16 warp + g + 8 v, token 8 j + 2 q + h.
@@ -209,14 +262,38 @@ __global__ void __launch_bounds__(kWgThreads, kQGemmWgBlocksPerSm) qgemm_wg_kern
                 *o = add ? *o + y : y;
             }
         }
+    cluster_sync_all();  // no block leaves while another may still arrive on its barriers
+}
+
+template <Type TY, bool kInA>
+void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
+    constexpr int smem = wg_smem_bytes<GemmQ<TY>, kInA>();
+    static_assert(kWgBlocksOf<kInA> * (smem + 1024) <= 228 * 1024, "qgemm_wg: the blocks per SM must fit");
+    static bool attr_set = false;  // ops are issued from one thread
+    if (!attr_set) {
+        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_wg_kernel<TY, kInA>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        attr_set = true;
+    }
+    const dim3 grid((a.w.rows + kWgBM - 1) / kWgBM, (a.T + kWgBN - 1) / kWgBN, a.splits);
+    // The clusters tile the row blocks. kInA's three blocks per SM gained nothing from sharing
+    // slabs (4B prefill at 4096 -1.5 % in clusters of 2).
+    int C = kInA ? 1 : qgemm_cluster();
+    while (grid.x % C != 0) C /= 2;
+    // The activations as T rows of 2 cols halves (wg_order); a box is one slab's 64 halves of a
+    // block's slice of the tokens.
+    const CUtensorMap xmap = tensor_map_u16_sw128(a.xhl, 2 * static_cast<uint64_t>(a.w.cols), static_cast<uint64_t>(a.T),
+                                                  4 * static_cast<uint64_t>(a.w.cols), 64, static_cast<uint32_t>(kWgBN / C));
+    launch_cluster(qgemm_wg_kernel<TY, kInA>, grid, kWgThreads, smem, s, C, a, xmap);
 }
 
 template <Type TY>
 void qgemm_wg_launch(const QGemmArgs& a, cudaStream_t s) {
-    constexpr int smem = wg_smem_bytes<GemmQ<TY>>();
-    static_assert(kQGemmWgBlocksPerSm * (smem + 1024) <= 228 * 1024, "qgemm_wg: the blocks per SM must fit");
     DF_CUDA_REQUIRE(a.wg_order, "qgemm_wg: needs the activations in wg_order");
-    qgemm_start<TY, qgemm_wg_kernel<TY>>(a, smem, kWgBM, kWgBN, kWgThreads, s);
+    qgemm_check<TY>(a);
+    if constexpr (requires { GemmQ<TY>::kScaleInA; }) {
+        if (!a.fold_scales) return qgemm_wg_start<TY, true>(a, s);
+    }
+    qgemm_wg_start<TY, false>(a, s);
 }
 
 template <Type TY>
@@ -224,7 +301,7 @@ constexpr QGemmEntry qgemm_entry() {
     if constexpr (!GemmQ<TY>::kSupported)
         return {nullptr, 0, nullptr};
     else if constexpr (kQGemmWgBuilt)
-        return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, qgemm_wg_launch<TY>};
+        return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, qgemm_wg_launch<TY>, requires { GemmQ<TY>::kScaleInA; }};
     else
         return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, nullptr};
 }

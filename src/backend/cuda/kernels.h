@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "quant/types.h"
@@ -173,16 +174,31 @@ struct QGemmArgs {
     float* partial = nullptr;       // splits * T * rows floats when splits > 1
     const ImmaTables* itables = nullptr;
     bool wg_order = false;          // xhl in launch_gemm_act's wg_order
+    bool fold_scales = false;       // Q8_0 on wgmma: some |d| >= 512, so the scales are folded per slab
 };
 struct QGemmEntry {
     void (*launch)(const QGemmArgs&, cudaStream_t) = nullptr;  // nullptr: no exact-f16 GEMM
     int unit = 0;                                               // cols must be a multiple of it
     void (*launch_wg)(const QGemmArgs&, cudaStream_t) = nullptr;  // the wgmma form (wg_order), if any
+    bool wg_in_a = false;  // launch_wg carries the scales in the weights unless QGemmArgs::fold_scales
 };
 // Rows and tokens of one qgemm block, and blocks resident per SM (the caller sizes splits from
 // them), for the mma.sync kernel (gemm_q.cuh) and the wgmma one (gemm_wg.cuh).
 constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128, kQGemmBlocksPerSm = 2;
-constexpr int kQGemmWgTileRows = 64, kQGemmWgBlocksPerSm = 2;
+// ... and of its form with the scales in the weights (Q8_0: gemm_wg.cuh's kInA; 122 registers,
+// so three blocks fit, with three slab stages each; bench/RESULTS.md, session 29).
+constexpr int kQGemmWgTileRows = 64, kQGemmWgBlocksPerSm = 2, kQGemmWgInABlocksPerSm = 3, kQGemmWgInAStages = 3;
+// Blocks per thread block cluster of the wgmma GEMM: the blocks of a cluster take consecutive row
+// tiles of the same tokens and share each activation slab, copied once for all of them (TMA
+// multicast; at most this many, fewer where the row tiles do not divide; the form with the scales
+// in the weights always runs alone). 1, 2, 4 or 8; DF_CUDA_QGEMM_CLUSTER overrides the default;
+// the setter is for tests, between ops.
+int qgemm_cluster();
+void set_qgemm_cluster(int blocks);
+// A 2-D tensor map (tma.cuh) over `rows` rows of `cols` u16 elements, rows `row_bytes` apart,
+// copied in boxes of box_cols x box_rows (box_cols * 2 <= 128 bytes) in the 128-byte swizzle.
+CUtensorMap tensor_map_u16_sw128(const void* base, uint64_t cols, uint64_t rows, uint64_t row_bytes, uint32_t box_cols,
+                                 uint32_t box_rows);
 // Whether this build has the wgmma kernels (sm_90a code; CMake's DF_CUDA_WGMMA).
 #if defined(DF_CUDA_WGMMA)
 constexpr bool kQGemmWgBuilt = true;

@@ -46,14 +46,6 @@ DF_DEV void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 #endif
 }
-// Orders this thread's generic-proxy writes to shared memory (cp.async, st.shared) before later
-// async-proxy reads (wgmma's B); then a barrier publishes them to the warpgroup.
-DF_DEV void fence_proxy_async() {
-#if DF_WGMMA_DEVICE
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-
 // d (+)= a b: m64n128k16, f16 inputs, f32 accumulators; accumulate = false ignores d's contents.
 DF_DEV void wgmma_m64n128k16_f16(float (&d)[64], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
 #if DF_WGMMA_DEVICE
