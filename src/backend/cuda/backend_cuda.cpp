@@ -513,11 +513,13 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     a.fold_scales = q8_fold_all_ || q8_wide_.count(w.data) != 0;
     const bool wg = qg_wg_ && e.launch_wg;
     const int tile_rows = wg ? kQGemmWgTileRows : kQGemmTileRows;
+    const bool in_a = wg && e.wg_in_a && !a.fold_scales;  // gemm_wg.cuh's kInA form
+    const int tile_tokens = in_a ? kQGemmWgInATokens : kQGemmTileTokens;
     // Split K when that fills the waves of resident blocks better: the estimated time of s splits
     // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;
     // at least two units per range, partial sums within the scratch. Deterministic either way.
-    const int64_t tiles = ((w.rows + tile_rows - 1) / tile_rows) * ((T + kQGemmTileTokens - 1) / kQGemmTileTokens);
-    const int per_sm = !wg ? kQGemmBlocksPerSm : e.wg_in_a && !a.fold_scales ? kQGemmWgInABlocksPerSm : kQGemmWgBlocksPerSm;
+    const int64_t tiles = ((w.rows + tile_rows - 1) / tile_rows) * ((T + tile_tokens - 1) / tile_tokens);
+    const int per_sm = !wg ? kQGemmBlocksPerSm : in_a ? kQGemmWgInABlocksPerSm : kQGemmWgBlocksPerSm;
     const int64_t slots = static_cast<int64_t>(per_sm) * sm_count_;
     const int64_t max_splits = may_split ? std::min<int64_t>({8, w.cols / e.unit / 2, kQGemmPartialFloats / (int64_t{T} * w.rows)}) : 1;
     int64_t splits = 1;

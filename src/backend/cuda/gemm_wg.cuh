@@ -36,8 +36,7 @@
 
 namespace df::cuda {
 
-inline constexpr int kWgThreads = 128, kWgBM = kQGemmWgTileRows, kWgBN = 128;
-inline constexpr int kWgSlabBytes = kWgBN * 128;    // tokens x 8 chunks x 16 bytes
+inline constexpr int kWgThreads = 128, kWgBM = kQGemmWgTileRows;
 static_assert(kWgBM == 64 && kWgThreads == 128, "one warpgroup, a warp per 16 rows");
 
 // Slab stages and resident blocks per SM of a form; L = stages - 2 slabs are in flight ahead of
@@ -46,6 +45,20 @@ template <bool kInA>
 inline constexpr int kWgStagesOf = kInA ? kQGemmWgInAStages : 5;
 template <bool kInA>
 inline constexpr int kWgBlocksOf = kInA ? kQGemmWgInABlocksPerSm : kQGemmWgBlocksPerSm;
+// Tokens per block, and the bytes of a slab stage (tokens x 8 chunks x 16 bytes).
+template <bool kInA>
+inline constexpr int kWgBNOf = kInA ? kQGemmWgInATokens : 128;
+template <bool kInA>
+inline constexpr int kWgSlabBytesOf = kWgBNOf<kInA> * 128;
+
+// acc (+)= a b over BN tokens: one m64nBNk16 wgmma.
+template <int BN>
+DF_DEV void wgmma_f16(float (&acc)[BN / 2], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+    if constexpr (BN == 256)
+        wgmma_m64n256k16_f16(acc, a, b, accumulate);
+    else
+        wgmma_m64n128k16_f16(acc, a, b, accumulate);
+}
 
 template <class G, bool kInA>
 constexpr int wg_unit_slots() { return (kWgStagesOf<kInA> - 2 + qg_slabs_per_unit<G>() - 1) / qg_slabs_per_unit<G>() + 1; }
@@ -54,7 +67,7 @@ constexpr int wg_unit_bytes() { return kWgBM * (G::kStride + G::kHead); }
 // + 1024: the slab stages start on a 1024-byte boundary (the swizzle atom).
 template <class G, bool kInA>
 constexpr int wg_smem_bytes() {
-    return 1024 + kWgStagesOf<kInA> * kWgSlabBytes + wg_unit_slots<G, kInA>() * wg_unit_bytes<G>() + qg_tabs_bytes<G>();
+    return 1024 + kWgStagesOf<kInA> * kWgSlabBytesOf<kInA> + wg_unit_slots<G, kInA>() * wg_unit_bytes<G>() + qg_tabs_bytes<G>();
 }
 // Q8_0's scale changes every slab; the other types' over a 256-column unit.
 template <class G>
@@ -71,11 +84,11 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
     qgemm_wg_kernel(const QGemmArgs a, const __grid_constant__ CUtensorMap xmap) {
     using G = GemmQ<TY>;
     constexpr int S = kWgStagesOf<kInA>, L = S - 2, SPU = qg_slabs_per_unit<G>(), US = wg_unit_slots<G, kInA>();
-    constexpr int UB = wg_unit_bytes<G>(), BN = kWgBN, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
+    constexpr int UB = wg_unit_bytes<G>(), BN = kWgBNOf<kInA>, kSlabBytes = kWgSlabBytesOf<kInA>, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
     static_assert(SPU % SG == 0 && SPU % 2 == 0, "scale groups tile the units; slabs in pairs");
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* const slabs_smem = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
-    uint8_t* const units_smem = slabs_smem + S * kWgSlabBytes;
+    uint8_t* const units_smem = slabs_smem + S * kSlabBytes;
     auto& tabs = *reinterpret_cast<typename G::Tabs*>(units_smem + US * UB);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2;
@@ -124,8 +137,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
             // Every thread waits for the stage (no branch on the thread: see tma.cuh); thread 0 copies.
             const int st = i % S;
             if (i >= S) mbar_wait(empty0 + 8 * st, (i / S - 1) & 1);
-            mbar_arrive_expect_tx(tid == 0, full0 + 8 * st, kWgSlabBytes);
-            tma_load_2d(tid == 0, smem_addr(slabs_smem + st * kWgSlabBytes) + rank * slice * 128, &xmap, full0 + 8 * st,
+            mbar_arrive_expect_tx(tid == 0, full0 + 8 * st, kSlabBytes);
+            tma_load_2d(tid == 0, smem_addr(slabs_smem + st * kSlabBytes) + rank * slice * 128, &xmap, full0 + 8 * st,
                         (u0 * SPU + i) * 64, n0 + static_cast<int>(rank) * slice, static_cast<uint16_t>((1u << C) - 1));
         }
         cp_async_commit();
@@ -141,13 +154,13 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
     const int r0 = 16 * warp + g, r1 = r0 + 8;
     constexpr bool kMins = decoder_has_mins<G>();
     constexpr int TM = kMins ? 64 : 1;
-    float acc[64], t[kInA ? 1 : 64], sv[2][2];  // result, temporary accumulator, row scales per slab parity
+    float acc[BN / 2], t[kInA ? 1 : 64], sv[2][2];  // result, temporary accumulator, row scales per slab parity
     float tm[TM], svm[2][2];         // mins: sums of the sub-block minimum times x, - dmin per row
     uint32_t af[2][2][4];            // A fragments per slab parity and k16 step (kInA: the hi halves)
     uint32_t al[kInA ? 2 : 1][2][4]; // kInA: the lo halves
     uint32_t am[2][4];               // mins: the rows' minimum pairs (the same at both k16 steps)
 #pragma unroll
-    for (int e = 0; e < 64; ++e) acc[e] = 0.f;
+    for (int e = 0; e < BN / 2; ++e) acc[e] = 0.f;
 
     // Waits for slab i, releases the stage of slab i - 2 (its wgmma group is done in every warp)
     // in every block of the cluster, refills it with slab i + L and decodes slab i into af[P] (and
@@ -193,15 +206,15 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
     // prepared while they run. The accumulators are read (the fold) only with no wgmma in flight:
     // ptxas serializes every wgmma otherwise.
     auto compute = [&]<int P>(int i) {
-        const uint32_t sb = smem_addr(slabs_smem + (i % S) * kWgSlabBytes);
+        const uint32_t sb = smem_addr(slabs_smem + (i % S) * kSlabBytes);
         wgmma_fence();
         if constexpr (kInA) {
-            wgmma_m64n128k16_f16(acc, af[P][0], wg_desc_sw128(sb + 0), true);   // step 0: hi x_hi
-            wgmma_m64n128k16_f16(acc, af[P][0], wg_desc_sw128(sb + 64), true);  // hi x_lo
-            wgmma_m64n128k16_f16(acc, al[P][0], wg_desc_sw128(sb + 0), true);   // lo x_hi
-            wgmma_m64n128k16_f16(acc, af[P][1], wg_desc_sw128(sb + 32), true);  // step 1
-            wgmma_m64n128k16_f16(acc, af[P][1], wg_desc_sw128(sb + 96), true);
-            wgmma_m64n128k16_f16(acc, al[P][1], wg_desc_sw128(sb + 32), true);
+            wgmma_f16<BN>(acc, af[P][0], wg_desc_sw128(sb + 0), true);   // step 0: hi x_hi
+            wgmma_f16<BN>(acc, af[P][0], wg_desc_sw128(sb + 64), true);  // hi x_lo
+            wgmma_f16<BN>(acc, al[P][0], wg_desc_sw128(sb + 0), true);   // lo x_hi
+            wgmma_f16<BN>(acc, af[P][1], wg_desc_sw128(sb + 32), true);  // step 1
+            wgmma_f16<BN>(acc, af[P][1], wg_desc_sw128(sb + 96), true);
+            wgmma_f16<BN>(acc, al[P][1], wg_desc_sw128(sb + 32), true);
             wgmma_commit();
             if (i + 1 < nk) {
                 wgmma_wait<1>();  // slab i - 1's group: af, al[1 - P] are free
@@ -247,7 +260,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
     float* const dst = a.splits > 1 ? a.partial + static_cast<size_t>(blockIdx.z) * T * rows : a.out;
     const bool add = a.splits == 1 && a.accumulate;
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+    for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int tk = n0 + 8 * j + 2 * q + h;
@@ -274,7 +287,8 @@ void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
         DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_wg_kernel<TY, kInA>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
-    const dim3 grid((a.w.rows + kWgBM - 1) / kWgBM, (a.T + kWgBN - 1) / kWgBN, a.splits);
+    constexpr int BN = kWgBNOf<kInA>;
+    const dim3 grid((a.w.rows + kWgBM - 1) / kWgBM, (a.T + BN - 1) / BN, a.splits);
     // The clusters tile the row blocks. kInA's three blocks per SM gained nothing from sharing
     // slabs (4B prefill at 4096 -1.5 % in clusters of 2).
     int C = kInA ? 1 : qgemm_cluster();
@@ -282,7 +296,7 @@ void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
     // The activations as T rows of 2 cols halves (wg_order); a box is one slab's 64 halves of a
     // block's slice of the tokens.
     const CUtensorMap xmap = tensor_map_u16_sw128(a.xhl, 2 * static_cast<uint64_t>(a.w.cols), static_cast<uint64_t>(a.T),
-                                                  4 * static_cast<uint64_t>(a.w.cols), 64, static_cast<uint32_t>(kWgBN / C));
+                                                  4 * static_cast<uint64_t>(a.w.cols), 64, static_cast<uint32_t>(BN / C));
     launch_cluster(qgemm_wg_kernel<TY, kInA>, grid, kWgThreads, smem, s, C, a, xmap);
 }
 

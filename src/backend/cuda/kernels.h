@@ -187,7 +187,11 @@ struct QGemmEntry {
 constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128, kQGemmBlocksPerSm = 2;
 // ... and of its form with the scales in the weights (Q8_0: gemm_wg.cuh's kInA; 122 registers,
 // so three blocks fit, with three slab stages each; bench/RESULTS.md, session 29).
-constexpr int kQGemmWgTileRows = 64, kQGemmWgBlocksPerSm = 2, kQGemmWgInABlocksPerSm = 3, kQGemmWgInAStages = 3;
+#ifndef DF_QGEMM_WG_INA_TOKENS  // build-time knob for A/B builds: 128 (3 blocks per SM) or 256 (2)
+#define DF_QGEMM_WG_INA_TOKENS 256
+#endif
+constexpr int kQGemmWgTileRows = 64, kQGemmWgBlocksPerSm = 2, kQGemmWgInATokens = DF_QGEMM_WG_INA_TOKENS;
+constexpr int kQGemmWgInABlocksPerSm = kQGemmWgInATokens == 256 ? 2 : 3, kQGemmWgInAStages = 3;
 // Blocks per thread block cluster of the wgmma GEMM: the blocks of a cluster take consecutive row
 // tiles of the same tokens and share each activation slab, copied once for all of them (TMA
 // multicast; at most this many, fewer where the row tiles do not divide; the form with the scales
