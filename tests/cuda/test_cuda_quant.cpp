@@ -224,18 +224,27 @@ TEST(CudaMatmulShapes, WgmmaClustersGiveTheSameBits) {
     cuda::set_qgemm_cluster(cluster_default);
 }
 
-// Q8_0 on wgmma carries d q in the weights as f16 hi + lo, which a block scale |d| >= 512 could
-// overflow: such a weight folds its scales per slab instead. Both forms against the CPU.
-TEST(CudaMatmulShapes, Q8_0WideScalesFold) {
+// The wgmma GEMM carries Q8_0's and the IQ types' scales in f16 weights d q as hi + lo, which a
+// large block scale could overflow (Q8_0 |d| >= 512, IQ |d| >= 32): such a weight folds its
+// scales instead. Both forms against the CPU, at the largest scale carried and past it.
+TEST(CudaMatmulShapes, WideBlockScalesFold) {
     DF_REQUIRE_CUDA();
-    for_each_qgemm_form([] {
-        for (const uint16_t d : {0x5FFFu, 0x6000u, 0xE400u}) {  // 511.75 (the largest carried), 512, -1024
-            SCOPED_TRACE("a block scale of f16 bits " + std::to_string(d));
-            check_matmul(Type::Q8_0, 192, 1024, {9, 130}, false, true, true, {}, [d](std::vector<uint8_t>& m) {
-                constexpr size_t kBlock = 34, kRow = 1024 / 32 * kBlock;
-                for (size_t r : {size_t{3}, size_t{100}}) std::memcpy(m.data() + r * kRow + 5 * kBlock, &d, 2);
-            });
-        }
+    struct Case {
+        Type t;
+        size_t block_bytes;
+        std::vector<uint16_t> d;  // f16 bits
+    };
+    const Case cases[] = {{Type::Q8_0, 34, {0x5FFFu, 0x6000u, 0xE400u}},     // 511.75, 512, -1024
+                          {Type::IQ2_XXS, 66, {0x4FFFu, 0x5000u, 0xD400u}}};  // 31.98, 32, -64
+    for_each_qgemm_form([&] {
+        for (const Case& c : cases)
+            for (const uint16_t d : c.d) {
+                SCOPED_TRACE(type_str(c.t) + ": a block scale of f16 bits " + std::to_string(d));
+                check_matmul(c.t, 192, 1024, {9, 130}, false, true, true, {}, [&](std::vector<uint8_t>& m) {
+                    const size_t row = m.size() / 192;
+                    for (size_t r : {size_t{3}, size_t{100}}) std::memcpy(m.data() + r * row + 1 * c.block_bytes, &d, 2);
+                });
+            }
     });
 }
 

@@ -196,7 +196,7 @@ void CudaBackend::release(void* p) {
         }
         auto it = allocs_.find(p);
         DF_CUDA_REQUIRE(it != allocs_.end(), "release of a pointer this backend did not allocate");
-        q8_wide_.erase(p);
+        scale_wide_.erase(p);
         account(it->second.first, it->second.second, false);
         allocs_.erase(it);
     }
@@ -257,7 +257,14 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
         staging_bytes_ = kStagingBytes;
     }
     const auto* src = static_cast<const uint8_t*>(host);
-    bool q8_wide = false;  // a Q8_0 block scale |d| >= 512 (or inf, NaN): f16 bits 0x6000 and up
+    // A block scale too large for the wgmma GEMM to carry in f16 weights (gemm_q.cuh's
+    // scale_hi_lo; inf and NaN too): Q8_0 |d| >= 512 (|q| <= 128), the IQ types |d| >= 32 (|q s| < 2048).
+    const uint32_t wide_bits = held == quant::Type::Q8_0 ? 0x6000u
+                               : held == quant::Type::IQ2_XXS || held == quant::Type::IQ2_XS || held == quant::Type::IQ2_S ||
+                                         held == quant::Type::IQ3_XXS || held == quant::Type::IQ3_S
+                                   ? 0x5000u
+                                   : 0u;
+    bool wide = false;
     const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(staging_bytes_ / lay.row_stride));
     std::vector<uint8_t> big;  // a single row larger than the staging buffer
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -270,11 +277,11 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
         for (int64_t r = 0; r < n; ++r) {
             uint8_t* row = buf + static_cast<size_t>(r) * lay.row_stride;
             pack_row(type, held, src + static_cast<size_t>(r0 + r) * src_row, cols, lay, row);
-            if (held == quant::Type::Q8_0) {
-                uint16_t d;  // the split heads: one f16 per 32 columns
-                for (int64_t b = 0; b < cols / 32; ++b) {
+            if (wide_bits) {
+                uint16_t d;  // the split heads: one f16 per block
+                for (int64_t b = 0; b < cols / ti->block_elems; ++b) {
                     std::memcpy(&d, row + lay.head_off + 2 * b, 2);
-                    q8_wide |= (d & 0x7FFFu) >= 0x6000u;
+                    wide |= (d & 0x7FFFu) >= wide_bits;
                 }
             }
         }
@@ -300,7 +307,7 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
             imma_tiles_ = tiles;
         }
     }
-    if (q8_wide) q8_wide_.insert(dev);
+    if (wide) scale_wide_.insert(dev);
     Weight w;
     w.type = held;
     w.cols = cols;
@@ -510,7 +517,7 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     a.accumulate = accumulate;
     a.itables = imma_tables_;
     a.wg_order = qg_wg_;
-    a.fold_scales = q8_fold_all_ || q8_wide_.count(w.data) != 0;
+    a.fold_scales = fold_all_ || scale_wide_.count(w.data) != 0;
     const bool wg = qg_wg_ && e.launch_wg;
     const int tile_rows = wg ? kQGemmWgTileRows : kQGemmTileRows;
     const bool in_a = wg && e.wg_in_a && !a.fold_scales;  // gemm_wg.cuh's kInA form

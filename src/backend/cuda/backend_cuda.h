@@ -203,10 +203,10 @@ private:
     size_t qg_x_halves_ = 0;
     int qg_T_ = 0;
     float* qg_partial_ = nullptr;       // split-K partial sums (main stream only)
-    // Q8_0 weights with a block scale |d| >= 512, whose d q may not fit f16: their wgmma GEMM folds
-    // the scales per slab instead of carrying them in the weights (QGemmArgs::fold_scales).
-    std::unordered_set<const void*> q8_wide_;
-    bool q8_fold_all_ = std::getenv("DF_CUDA_Q8_FOLD") != nullptr;  // A/B: every Q8_0 weight folds
+    // Q8_0 and IQ weights with a block scale too large for their wgmma GEMM to carry in f16 weights
+    // (load_weight): it folds their scales instead (QGemmArgs::fold_scales).
+    std::unordered_set<const void*> scale_wide_;
+    bool fold_all_ = std::getenv("DF_CUDA_QGEMM_FOLD") != nullptr;  // A/B: every weight folds
     // The activations qg_x_ holds converted (T qg_src_T_, qg_src_n_ columns), from a matmul group
     // or a prefill SwiGLU; every op that may write memory forgets it, and so does graph capture.
     const float* qg_src_ = nullptr;

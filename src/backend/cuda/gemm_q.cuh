@@ -23,6 +23,8 @@
 
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/imma.cuh"
 #include "backend/cuda/kernels.h"
@@ -97,14 +99,31 @@ struct GemmQNoTabs {
 
 inline constexpr int kQgTabR = 4;
 
-// Copies `entries` table entries of R_src copies each, keeping the first kQgTabR (16 bytes).
-template <int R_src>
+// Copies `entries` table entries of R_src copies each, keeping the first R (2 or 4: 8 or 16 bytes).
+template <int R_src, int R = kQgTabR>
 DF_DEV void copy_table_rep(uint32_t* dst, const uint32_t* src, int entries) {
-    static_assert(R_src >= kQgTabR && R_src % 4 == 0);
-    for (int i = threadIdx.x; i < entries; i += blockDim.x) cp_async<16>(dst + kQgTabR * i, src + R_src * i);
+    static_assert(R_src >= R && R_src % R == 0 && (R == 2 || R == 4));
+    for (int i = threadIdx.x; i < entries; i += blockDim.x) cp_async<4 * R>(dst + R * i, src + R_src * i);
 }
 
-template <Type T>
+// The weights d q s as f16 hi + lo from the exact integers q s (f16 pairs qf) and the f16 scale d
+// (bits d16): q s has at most 11 significant bits and d 11, so d q s is a multiple of d's last bit
+// (>= 2^-24) with at most 22; hi = d q s rounded and lo = d q s - hi (one FMA) are exact, as is
+// hi + lo = d q s, unless |d q s| > 65504 (the caller folds the scales of such weights instead).
+DF_DEV void scale_hi_lo(const uint32_t (&qf)[4], uint32_t d16, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+    const __half2 d2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(d16)));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const __half2 q2 = *reinterpret_cast<const __half2*>(&qf[k]);
+        const __half2 h = __hmul2(q2, d2);
+        hi[k] = f16_bits(h);
+        lo[k] = f16_bits(__hfma2(q2, d2, __hneg2(h)));
+    }
+}
+
+// The IQ types; R copies of each table entry (the wgmma GEMM's 256-token form keeps 2 to fit two
+// blocks per SM).
+template <Type T, int R = kQgTabR>
 struct GemmQIq {
     using I = Imma<T>;
     static constexpr bool kSupported = true;
@@ -112,28 +131,38 @@ struct GemmQIq {
     static constexpr int kGridN = sizeof(I::Tabs::grid) / 4 / I::kGridR;
     static constexpr int kSignN = sizeof(I::Tabs::sign) / 4 / I::kSignR;
     struct Tabs {
-        uint32_t grid[kGridN * kQgTabR];
-        uint32_t sign[kSignN * kQgTabR];
+        uint32_t grid[kGridN * R];
+        uint32_t sign[kSignN * R];
     };
     static DF_DEV void load_tabs(Tabs& t, const ImmaTables* g) {
-        copy_table_rep<I::kGridR>(t.grid, I::grid_src(g), kGridN);
-        copy_table_rep<I::kSignR>(t.sign, I::sign_src(g), kSignN);
+        copy_table_rep<I::kGridR, R>(t.grid, I::grid_src(g), kGridN);
+        copy_table_rep<I::kSignR, R>(t.sign, I::sign_src(g), kSignN);
     }
-    static DF_DEV ImmaLane lane(const Tabs& t, int lane) { return imma_lane<kQgTabR, kQgTabR>(smem_addr(t.grid), smem_addr(t.sign), lane); }
+    static DF_DEV ImmaLane lane(const Tabs& t, int lane) { return imma_lane<R, R>(smem_addr(t.grid), smem_addr(t.sign), lane); }
     static DF_DEV size_t head_src(int u) { return I::head_src(u); }
     static DF_DEV void slab(const ImmaLane& l, const uint8_t* r, int m, uint32_t (&h)[4]) {
         uint32_t lo, hi;
         int s;
         if constexpr (I::kScale16) {
             int slo, shi;
-            I::template row<kQgTabR, kQgTabR>(l, r, m, lo, hi, slo, shi);
+            I::template row<R, R>(l, r, m, lo, hi, slo, shi);
             s = l.q < 2 ? slo : shi;  // lanes 0, 1 hold the slab's first 16 weights
         } else {
-            I::template row<kQgTabR, kQgTabR>(l, r, m, lo, hi, s);
+            I::template row<R, R>(l, r, m, lo, hi, s);
         }
         s8x8_to_f16(lo, hi, s, h);
     }
     static DF_DEV float scale(const uint8_t* r, const uint8_t* hd, int u, int) { return I::unit_scale(r, hd, u); }
+    // The scales in the weights (gemm_wg.cuh's kInA): d q s as hi + lo, and the power of two
+    // that unit_scale adds to d, applied to the results.
+    static constexpr bool kScaleInA = true;
+    static constexpr float kInAFactor = T == Type::IQ3_XXS ? 0.25f : T == Type::IQ3_S ? 1.f : 0.125f;
+    static DF_DEV void slab_hl(const ImmaLane& l, const uint8_t* r, const uint8_t* hd, int u, int m, uint32_t (&hi)[4],
+                               uint32_t (&lo)[4]) {
+        uint32_t qf[4];
+        slab(l, r, m, qf);
+        scale_hi_lo(qf, lds_u16(hd + 2 * (u & 1)), hi, lo);
+    }
 };
 
 // |q s| < 2048: IQ2 magnitudes <= 43 and IQ3 <= 62 (IQ3_S <= 15), odd scales 2 l + 1 <= 31.
@@ -155,25 +184,22 @@ struct GemmQ<Type::Q8_0> : GemmQNoTabs {
         s8x8_to_f16(w.x, w.y, 1, h);
     }
     static DF_DEV float scale(const uint8_t*, const uint8_t* hd, int, int m) { return f16_bits_to_f32(lds_u16(hd + 2 * m)); }
-    // The weights d q themselves as f16 pairs hi + lo (the wgmma GEMM's form without a per-slab
-    // fold): q and d are f16, so d q is a multiple of d's last bit (>= 2^-24) with at most 11 + 7
-    // significant bits; hi = d q rounded, and lo = d q - hi, formed by one FMA, is exact, as is
-    // hi + lo = d q, unless |d q| > 65504 (|d| >= 512: the caller folds those per slab instead).
+    // The weights d q as f16 pairs hi + lo (the wgmma GEMM's form without a per-slab fold; exact
+    // unless |d| >= 512, whose weights fold instead): scale_hi_lo.
     static constexpr bool kScaleInA = true;
-    static DF_DEV void slab_hl(const ImmaLane& l, const uint8_t* r, const uint8_t* hd, int m, uint32_t (&hi)[4],
+    static constexpr float kInAFactor = 1.f;
+    static DF_DEV void slab_hl(const ImmaLane& l, const uint8_t* r, const uint8_t* hd, int, int m, uint32_t (&hi)[4],
                                uint32_t (&lo)[4]) {
         uint32_t qf[4];
         slab(l, r, m, qf);
-        const __half2 d2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(lds_u16(hd + 2 * m))));
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const __half2 q2 = *reinterpret_cast<const __half2*>(&qf[k]);
-            const __half2 h = __hmul2(q2, d2);
-            hi[k] = f16_bits(h);
-            lo[k] = f16_bits(__hfma2(q2, d2, __hneg2(h)));
-        }
+        scale_hi_lo(qf, lds_u16(hd + 2 * m), hi, lo);
     }
 };
+
+// The decoder of the wgmma GEMM's form with the scales in the weights (gemm_wg.cuh's kInA): the
+// IQ types with two table copies, Q8_0 as it is.
+template <Type T>
+using GemmQInA = std::conditional_t<requires { GemmQ<T>::kInAFactor; } && (T != Type::Q8_0), GemmQIq<T, 2>, GemmQ<T>>;
 
 // K-quants with mins, units of one 256-element block staged whole (kHead 0). sc q <= 63 * 31,
 // m <= 63: exact in f16.

@@ -73,6 +73,18 @@ constexpr int wg_smem_bytes() {
 template <class G>
 constexpr int wg_scale_slabs() { return G::kUnitCols == 64 ? 1 : qg_slabs_per_unit<G>(); }
 
+// The decoder of a form (kInA: the scales in the weights), and whether a type runs that form: it
+// has one and two blocks of it fit an SM (not IQ2_S: its tables).
+template <Type TY, bool kInA>
+using WgDecoder = std::conditional_t<kInA, GemmQInA<TY>, GemmQ<TY>>;
+template <Type TY>
+constexpr bool qgemm_wg_in_a() {
+    if constexpr (requires { GemmQ<TY>::kScaleInA; })
+        return kWgBlocksOf<true> * (wg_smem_bytes<WgDecoder<TY, true>, true>() + 1024 + 64) <= 228 * 1024;
+    else
+        return false;
+}
+
 // K-major, 128-byte swizzle, 8-row atoms 1024 bytes apart (the leading offset is unused).
 DF_DEV uint64_t wg_desc_sw128(uint32_t addr) { return wg_desc(addr, 16, 1024) | (uint64_t{1} << 62); }
 
@@ -82,7 +94,7 @@ DF_DEV uint64_t wg_desc_sw128(uint32_t addr) { return wg_desc(addr, 16, 1024) | 
 template <Type TY, bool kInA>
 __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
     qgemm_wg_kernel(const QGemmArgs a, const __grid_constant__ CUtensorMap xmap) {
-    using G = GemmQ<TY>;
+    using G = WgDecoder<TY, kInA>;
     constexpr int S = kWgStagesOf<kInA>, L = S - 2, SPU = qg_slabs_per_unit<G>(), US = wg_unit_slots<G, kInA>();
     constexpr int UB = wg_unit_bytes<G>(), BN = kWgBNOf<kInA>, kSlabBytes = kWgSlabBytesOf<kInA>, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
     static_assert(SPU % SG == 0 && SPU % 2 == 0, "scale groups tile the units; slabs in pairs");
@@ -177,8 +189,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
         if constexpr (kInA) {
             const uint8_t* hs = us + kWgBM * G::kStride;
             uint32_t l0[4], l1[4];
-            G::slab_hl(ln, us + r0 * G::kStride, hs + r0 * G::kHead, m, h0, l0);
-            G::slab_hl(ln, us + r1 * G::kStride, hs + r1 * G::kHead, m, h1, l1);
+            G::slab_hl(ln, us + r0 * G::kStride, hs + r0 * G::kHead, u0 + lu, m, h0, l0);
+            G::slab_hl(ln, us + r1 * G::kStride, hs + r1 * G::kHead, u0 + lu, m, h1, l1);
             al[P][0][0] = l0[0]; al[P][0][1] = l1[0]; al[P][0][2] = l0[1]; al[P][0][3] = l1[1];
             al[P][1][0] = l0[2]; al[P][1][1] = l1[2]; al[P][1][2] = l0[3]; al[P][1][3] = l1[3];
         } else if constexpr (kMins) {
@@ -265,7 +277,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
         for (int h = 0; h < 2; ++h) {
             const int tk = n0 + 8 * j + 2 * q + h;
             if (tk >= T) continue;
-            const float inv = __ldg(a.xinv + tk);
+            float inv = __ldg(a.xinv + tk);
+            if constexpr (kInA) inv *= G::kInAFactor;  // a power of two
 #pragma unroll
             for (int v = 0; v < 2; ++v) {
                 const int r = m0 + r0 + 8 * v;
@@ -280,7 +293,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
 
 template <Type TY, bool kInA>
 void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
-    constexpr int smem = wg_smem_bytes<GemmQ<TY>, kInA>();
+    constexpr int smem = wg_smem_bytes<WgDecoder<TY, kInA>, kInA>();
     static_assert(kWgBlocksOf<kInA> * (smem + 1024) <= 228 * 1024, "qgemm_wg: the blocks per SM must fit");
     static bool attr_set = false;  // ops are issued from one thread
     if (!attr_set) {
@@ -304,7 +317,7 @@ template <Type TY>
 void qgemm_wg_launch(const QGemmArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.wg_order, "qgemm_wg: needs the activations in wg_order");
     qgemm_check<TY>(a);
-    if constexpr (requires { GemmQ<TY>::kScaleInA; }) {
+    if constexpr (qgemm_wg_in_a<TY>()) {
         if (!a.fold_scales) return qgemm_wg_start<TY, true>(a, s);
     }
     qgemm_wg_start<TY, false>(a, s);
@@ -315,7 +328,7 @@ constexpr QGemmEntry qgemm_entry() {
     if constexpr (!GemmQ<TY>::kSupported)
         return {nullptr, 0, nullptr};
     else if constexpr (kQGemmWgBuilt)
-        return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, qgemm_wg_launch<TY>, requires { GemmQ<TY>::kScaleInA; }};
+        return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, qgemm_wg_launch<TY>, qgemm_wg_in_a<TY>()};
     else
         return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, nullptr};
 }

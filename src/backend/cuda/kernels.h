@@ -174,7 +174,7 @@ struct QGemmArgs {
     float* partial = nullptr;       // splits * T * rows floats when splits > 1
     const ImmaTables* itables = nullptr;
     bool wg_order = false;          // xhl in launch_gemm_act's wg_order
-    bool fold_scales = false;       // Q8_0 on wgmma: some |d| >= 512, so the scales are folded per slab
+    bool fold_scales = false;       // on wgmma: a block scale too large to carry in f16 weights, so fold them
 };
 struct QGemmEntry {
     void (*launch)(const QGemmArgs&, cudaStream_t) = nullptr;  // nullptr: no exact-f16 GEMM
