@@ -189,38 +189,43 @@ TEST(CudaMatmulShapes, ExactF16GemmActivationRanges) {
 
 // The wgmma GEMM's thread block clusters share each activation slab (one TMA copy per block,
 // multicast to the cluster): every cluster size gives the same bits, with row tiles that the
-// larger sizes do not divide (3 tiles: clusters of 1), token tails and split K.
+// larger sizes do not divide (3 tiles: clusters of 1), token tails and split K. The form with
+// the scales in the weights runs alone; the folded form of the same types takes the clusters.
 TEST(CudaMatmulShapes, WgmmaClustersGiveTheSameBits) {
     DF_REQUIRE_CUDA();
     auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu_backend());
     if (!cuda.qgemm_wgmma()) GTEST_SKIP() << "no wgmma form here (needs an sm_90a build on a 9.0 device)";
     const int cluster_default = cuda::qgemm_cluster();
     auto g = test_rng();
-    for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::Q4_K}) {
-        for (int rows : {512, 192}) {
-            const int cols = 1024;
-            const auto m = random_matrix(t, rows, cols, g);
-            const Weight w = cuda.load_weight(t, cols, rows, m.data(), m.size());
-            for (int T : {130, 300}) {
-                SCOPED_TRACE(type_str(t) + " rows " + std::to_string(rows) + " T " + std::to_string(T));
-                EXPECT_TRUE(cuda.gemm_on_exact_f16(w, T)) << "not on the exact-f16 GEMM";
-                const auto x = randn(g, static_cast<size_t>(T) * cols);
-                Buf<float> xg(cuda, x), out(cuda, static_cast<size_t>(T) * rows);
-                std::vector<float> first;
-                for (int c : {1, 2, 4, 8}) {
-                    cuda::set_qgemm_cluster(c);
-                    out.poison();
-                    cuda.matmul(w, xg.p(), T, out.p(), false);
-                    const auto got = out.get();
-                    if (first.empty())
-                        first = got;
-                    else
-                        EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float))) << "cluster " << c;
+    for (bool fold : {false, true}) {
+        cuda.set_qgemm_fold(fold);
+        for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::Q4_K}) {
+            for (int rows : {512, 192}) {
+                const int cols = 1024;
+                const auto m = random_matrix(t, rows, cols, g);
+                const Weight w = cuda.load_weight(t, cols, rows, m.data(), m.size());
+                for (int T : {130, 300}) {
+                    SCOPED_TRACE(type_str(t) + " rows " + std::to_string(rows) + " T " + std::to_string(T) + (fold ? " folded" : ""));
+                    EXPECT_TRUE(cuda.gemm_on_exact_f16(w, T)) << "not on the exact-f16 GEMM";
+                    const auto x = randn(g, static_cast<size_t>(T) * cols);
+                    Buf<float> xg(cuda, x), out(cuda, static_cast<size_t>(T) * rows);
+                    std::vector<float> first;
+                    for (int c : {1, 2, 4, 8}) {
+                        cuda::set_qgemm_cluster(c);
+                        out.poison();
+                        cuda.matmul(w, xg.p(), T, out.p(), false);
+                        const auto got = out.get();
+                        if (first.empty())
+                            first = got;
+                        else
+                            EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float))) << "cluster " << c;
+                    }
                 }
+                cuda.release(const_cast<void*>(w.data));
             }
-            cuda.release(const_cast<void*>(w.data));
         }
     }
+    cuda.set_qgemm_fold(false);
     cuda::set_qgemm_cluster(cluster_default);
 }
 

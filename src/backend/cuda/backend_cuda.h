@@ -94,6 +94,11 @@ public:
         qg_src_ = nullptr;
     }
     bool qgemm_wgmma() const { return qg_wg_; }
+    // Every weight of the wgmma GEMM on its folded-scales form (DF_CUDA_QGEMM_FOLD=1; for tests).
+    void set_qgemm_fold(bool on) {
+        flush();
+        fold_all_ = on;
+    }
     // Decode RMSNorm folded into the f32 matvecs that read its output. Off by default: on the
     // H200 it measured 1.7 % slower on the 4B preset (every block of every matvec repeats the
     // norm before its main loop); DF_CUDA_FOLD_NORM=1 turns it on. For tests and A/B runs.

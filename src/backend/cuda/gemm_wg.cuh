@@ -8,26 +8,32 @@
 // 2c, 2c + 1 of every lane's 8 columns, which is logical k 2q, 2q + 1 (c even) or 2q + 8, 2q + 9
 // (c odd) of k16 step c / 2 % 2, hi for c < 4, lo after), one 128-byte row per token in the
 // 128-byte swizzle (chunk c of token n at n 128 + (c ^ n % 8) 16; 8-token atoms 1024 bytes
-// apart): a k16 step's 16 columns are 32 bytes of each row, so each of a slab's four products
-// (hi and lo of both steps) is one wgmma m64n128k16 whose descriptor starts 32 bytes further.
-// They go into a temporary accumulator that the float scale multiplies into the result once per
-// scale group: a slab for Q8_0 (per-block d), a 256-column unit for the IQ types and K-quants.
-// K-quants' mins (w = d sc q - dmin m) take four more products with the sub-block minimum as the
-// weight into a second accumulator, which - dmin multiplies.
+// apart): a k16 step's 16 columns are 32 bytes of each row, so each of a slab's products is one
+// wgmma whose descriptor starts 0, 32 (the other step), 64 or 96 (lo) bytes further.
+//
+// Two forms. With the scales folded (the K-quants, IQ2_S, and weights whose block scales are too
+// large for the other form): four products per slab (hi and lo of both steps, m64n128k16) into a
+// temporary accumulator that the float scale multiplies into the result once per scale group (a
+// slab for Q8_0, a 256-column unit for the others); K-quants' mins (w = d sc q - dmin m) take four
+// more products with the sub-block minimum as the weight into a second accumulator, which - dmin
+// multiplies. With the scales in the weights (kInA: Q8_0 and the other IQ types): the decoder
+// gives d q s as f16 hi + lo (exact: gemm_q.cuh's scale_hi_lo), and three products per step
+// (hi x_hi, hi x_lo, lo x_hi) go straight into the result: no temporary accumulator, so 256
+// tokens per block (m64n256k16) and no wait for any slab's products.
 //
 // Pipelining: the barrier, refill and decode of slab i + 1 run while slab i's wgmma group is in
-// flight (A registers double-buffered); the scale FMAs wait for the group (ptxas serializes all
-// wgmma of a kernel that reads accumulators while one is in flight), and the other resident
-// block's wgmma fill that gap. Stages are refilled two slabs after their use.
+// flight (A registers double-buffered); the folded form's scale FMAs wait for the group (ptxas
+// serializes all wgmma of a kernel that reads accumulators while one is in flight), and the
+// other resident block's wgmma fill that gap. Stages are refilled two slabs after their use.
 //
-// Block: 128 threads (one warpgroup), 64 rows x 128 tokens; weight units staged by cp.async in a
-// ring as in gemm_q.cuh. Activation slabs come by TMA (tma.cuh) into a ring of stages, one
-// mbarrier per stage counting its bytes: the C blocks of a thread block cluster hold consecutive
-// row tiles of the same tokens, and block r copies tokens r/C .. (r+1)/C of each slab into all C
-// blocks at once (a 16 KB slab per 2 KB of weights: with a block's own copies the GEMM was bound
-// by L2 bandwidth, 75-85 % of it with the tensor pipe ~40 % busy; session 29). A stage is
-// refilled when every block of the cluster has released it (a second mbarrier per stage, one
-// arrival per block).
+// Block: 128 threads (one warpgroup), 64 rows x 128 or 256 tokens; weight units staged by
+// cp.async in a ring as in gemm_q.cuh. Activation slabs come by TMA (tma.cuh) into a ring of
+// stages, one mbarrier per stage counting its bytes. In the folded form the C blocks of a thread
+// block cluster hold consecutive row tiles of the same tokens, and block r copies tokens
+// r/C .. (r+1)/C of each slab into all C blocks at once (multicast: the GEMM's L2 traffic, 75-85 %
+// of L2's peak with a block's own copies, fell by half, its time by a little; session 29). A
+// stage is refilled when every block of the cluster has released it (a second mbarrier per
+// stage, one arrival per block).
 #pragma once
 
 #include "backend/cuda/gemm_q.cuh"
