@@ -94,9 +94,9 @@ constexpr bool qgemm_wg_in_a() {
 // K-major, 128-byte swizzle, 8-row atoms 1024 bytes apart (the leading offset is unused).
 DF_DEV uint64_t wg_desc_sw128(uint32_t addr) { return wg_desc(addr, 16, 1024) | (uint64_t{1} << 62); }
 
-// kInA (Q8_0): the weights as d q = hi + lo in A (GemmQ::slab_hl), three products per k16 step
+// kInA: the weights as d q s = hi + lo in A (the decoder's slab_hl), three products per k16 step
 // (hi x, lo x_hi; lo x_lo dropped, ~2^-22) straight into the result: no temporary accumulator,
-// no fold and no wait for each slab's products (Q8_0's scale changes every slab).
+// no fold and no wait for any slab's products.
 template <Type TY, bool kInA>
 __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
     qgemm_wg_kernel(const QGemmArgs a, const __grid_constant__ CUtensorMap xmap) {
