@@ -185,8 +185,9 @@ struct QGemmEntry {
 // Rows and tokens of one qgemm block, and blocks resident per SM (the caller sizes splits from
 // them), for the mma.sync kernel (gemm_q.cuh) and the wgmma one (gemm_wg.cuh).
 constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128, kQGemmBlocksPerSm = 2;
-// ... and of its form with the scales in the weights (Q8_0: gemm_wg.cuh's kInA; 122 registers,
-// so three blocks fit, with three slab stages each; bench/RESULTS.md, session 29).
+// ... and of its form with the scales in the weights (gemm_wg.cuh's kInA): 256 tokens per block
+// (189 registers, two blocks per SM) or, as an A/B build, 128 (three), three slab stages either
+// way (bench/RESULTS.md, session 29).
 #ifndef DF_QGEMM_WG_INA_TOKENS  // build-time knob for A/B builds: 128 (3 blocks per SM) or 256 (2)
 #define DF_QGEMM_WG_INA_TOKENS 256
 #endif
