@@ -257,13 +257,9 @@ Weight CudaBackend::load_weight(quant::Type type, int64_t cols, int64_t rows, co
         staging_bytes_ = kStagingBytes;
     }
     const auto* src = static_cast<const uint8_t*>(host);
-    // A block scale too large for the wgmma GEMM to carry in f16 weights (gemm_q.cuh's
-    // scale_hi_lo; inf and NaN too): Q8_0 |d| >= 512 (|q| <= 128), the IQ types |d| >= 32 (|q s| < 2048).
-    const uint32_t wide_bits = held == quant::Type::Q8_0 ? 0x6000u
-                               : held == quant::Type::IQ2_XXS || held == quant::Type::IQ2_XS || held == quant::Type::IQ2_S ||
-                                         held == quant::Type::IQ3_XXS || held == quant::Type::IQ3_S
-                                   ? 0x5000u
-                                   : 0u;
+    // A block scale too large for the wgmma GEMM to carry in f16 weights (inf and NaN too).
+    const QuantOps* ops = quant_ops(held);
+    const uint32_t wide_bits = qg_wg_able_ && ops ? ops->qgemm.wide_scale_bits : 0u;
     bool wide = false;
     const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(staging_bytes_ / lay.row_stride));
     std::vector<uint8_t> big;  // a single row larger than the staging buffer
@@ -520,7 +516,7 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     a.fold_scales = fold_all_ || scale_wide_.count(w.data) != 0;
     const bool wg = qg_wg_ && e.launch_wg;
     const int tile_rows = wg ? kQGemmWgTileRows : kQGemmTileRows;
-    const bool in_a = wg && e.wg_in_a && !a.fold_scales;  // gemm_wg.cuh's kInA form
+    const bool in_a = wg && e.wide_scale_bits && !a.fold_scales;  // gemm_wg.cuh's kInA form
     const int tile_tokens = in_a ? kQGemmWgInATokens : kQGemmTileTokens;
     // Split K when that fills the waves of resident blocks better: the estimated time of s splits
     // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;

@@ -156,6 +156,7 @@ struct GemmQIq {
     // The scales in the weights (gemm_wg.cuh's kInA): d q s as hi + lo, and the power of two
     // that unit_scale adds to d, applied to the results.
     static constexpr bool kScaleInA = true;
+    static constexpr uint16_t kWideScaleBits = 0x5000;  // |d| >= 32 may overflow: |q s| < 2048
     static constexpr float kInAFactor = T == Type::IQ3_XXS ? 0.25f : T == Type::IQ3_S ? 1.f : 0.125f;
     static DF_DEV void slab_hl(const ImmaLane& l, const uint8_t* r, const uint8_t* hd, int u, int m, uint32_t (&hi)[4],
                                uint32_t (&lo)[4]) {
@@ -187,6 +188,7 @@ struct GemmQ<Type::Q8_0> : GemmQNoTabs {
     // The weights d q as f16 pairs hi + lo (the wgmma GEMM's form without a per-slab fold; exact
     // unless |d| >= 512, whose weights fold instead): scale_hi_lo.
     static constexpr bool kScaleInA = true;
+    static constexpr uint16_t kWideScaleBits = 0x6000;  // |d| >= 512 may overflow: |q| <= 128
     static constexpr float kInAFactor = 1.f;
     static DF_DEV void slab_hl(const ImmaLane& l, const uint8_t* r, const uint8_t* hd, int, int m, uint32_t (&hi)[4],
                                uint32_t (&lo)[4]) {

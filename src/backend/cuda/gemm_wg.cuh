@@ -91,6 +91,15 @@ constexpr bool qgemm_wg_in_a() {
         return false;
 }
 
+// QGemmEntry::wide_scale_bits of a type.
+template <Type TY>
+constexpr uint16_t qgemm_wg_scale_bits() {
+    if constexpr (qgemm_wg_in_a<TY>())
+        return GemmQ<TY>::kWideScaleBits;
+    else
+        return 0;
+}
+
 // K-major, 128-byte swizzle, 8-row atoms 1024 bytes apart (the leading offset is unused).
 DF_DEV uint64_t wg_desc_sw128(uint32_t addr) { return wg_desc(addr, 16, 1024) | (uint64_t{1} << 62); }
 
@@ -334,7 +343,7 @@ constexpr QGemmEntry qgemm_entry() {
     if constexpr (!GemmQ<TY>::kSupported)
         return {nullptr, 0, nullptr};
     else if constexpr (kQGemmWgBuilt)
-        return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, qgemm_wg_launch<TY>, qgemm_wg_in_a<TY>()};
+        return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, qgemm_wg_launch<TY>, qgemm_wg_scale_bits<TY>()};
     else
         return {qgemm_launch<TY>, GemmQ<TY>::kUnitCols, nullptr};
 }

@@ -180,7 +180,10 @@ struct QGemmEntry {
     void (*launch)(const QGemmArgs&, cudaStream_t) = nullptr;  // nullptr: no exact-f16 GEMM
     int unit = 0;                                               // cols must be a multiple of it
     void (*launch_wg)(const QGemmArgs&, cudaStream_t) = nullptr;  // the wgmma form (wg_order), if any
-    bool wg_in_a = false;  // launch_wg carries the scales in the weights unless QGemmArgs::fold_scales
+    // launch_wg carries the scales in the weights unless QGemmArgs::fold_scales; a weight with a
+    // block scale whose f16 bits (sign cleared) reach this needs the fold (gemm_q.cuh's
+    // scale_hi_lo). 0: no such form.
+    uint16_t wide_scale_bits = 0;
 };
 // Rows and tokens of one qgemm block, and blocks resident per SM (the caller sizes splits from
 // them), for the mma.sync kernel (gemm_q.cuh) and the wgmma one (gemm_wg.cuh).
