@@ -515,8 +515,8 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     a.wg_order = qg_wg_;
     a.fold_scales = fold_all_ || scale_wide_.count(w.data) != 0;
     const bool wg = qg_wg_ && e.launch_wg;
-    const int tile_rows = wg ? kQGemmWgTileRows : kQGemmTileRows;
     const bool in_a = wg && e.wide_scale_bits && !a.fold_scales;  // gemm_wg.cuh's kInA form
+    const int tile_rows = in_a ? kQGemmWgInATileRows : wg ? kQGemmWgTileRows : kQGemmTileRows;
     const int tile_tokens = in_a ? kQGemmWgInATokens : kQGemmTileTokens;
     // Split K when that fills the waves of resident blocks better: the estimated time of s splits
     // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;

@@ -11,12 +11,12 @@
 // apart): a k16 step's 16 columns are 32 bytes of each row, so each of a slab's products is one
 // wgmma whose descriptor starts 0, 32 (the other step), 64 or 96 (lo) bytes further.
 //
-// Two forms. With the scales folded (the K-quants, IQ2_S, and weights whose block scales are too
+// Two forms. With the scales folded (the K-quants and weights whose block scales are too
 // large for the other form): four products per slab (hi and lo of both steps, m64n128k16) into a
 // temporary accumulator that the float scale multiplies into the result once per scale group (a
 // slab for Q8_0, a 256-column unit for the others); K-quants' mins (w = d sc q - dmin m) take four
 // more products with the sub-block minimum as the weight into a second accumulator, which - dmin
-// multiplies. With the scales in the weights (kInA: Q8_0 and the other IQ types): the decoder
+// multiplies. With the scales in the weights (kInA: Q8_0 and the IQ types): the decoder
 // gives d q s as f16 hi + lo (exact: gemm_q.cuh's scale_hi_lo), and three products per step
 // (hi x_hi, hi x_lo, lo x_hi) go straight into the result: no temporary accumulator, so 256
 // tokens per block (m64n256k16) and no wait for any slab's products.
@@ -26,7 +26,10 @@
 // serializes all wgmma of a kernel that reads accumulators while one is in flight), and the
 // other resident block's wgmma fill that gap. Stages are refilled two slabs after their use.
 //
-// Block: 128 threads (one warpgroup), 64 rows x 128 or 256 tokens; weight units staged by
+// Block: the folded form 128 threads (one warpgroup), 64 rows x 128 tokens, two blocks per SM;
+// kInA two warpgroups, 128 rows x 256 tokens, one block per SM: both warpgroups read each slab,
+// so an SM holds half the slab bytes per product and four stages fit (three as two blocks of one
+// warpgroup): slabs are requested ~4x further ahead of their use. Weight units staged by
 // cp.async in a ring as in gemm_q.cuh. Activation slabs come by TMA (tma.cuh) into a ring of
 // stages, one mbarrier per stage counting its bytes. In the folded form the C blocks of a thread
 // block cluster hold consecutive row tiles of the same tokens, and block r copies tokens
@@ -42,8 +45,14 @@
 
 namespace df::cuda {
 
-inline constexpr int kWgThreads = 128, kWgBM = kQGemmWgTileRows;
-static_assert(kWgBM == 64 && kWgThreads == 128, "one warpgroup, a warp per 16 rows");
+// Warpgroups per block of a form (each 64 rows, a warp per 16), its rows and threads.
+template <bool kInA>
+inline constexpr int kWgGroupsOf = kInA ? kQGemmWgInAGroups : 1;
+template <bool kInA>
+inline constexpr int kWgBMOf = 64 * kWgGroupsOf<kInA>;
+template <bool kInA>
+inline constexpr int kWgThreadsOf = 128 * kWgGroupsOf<kInA>;
+static_assert(kWgBMOf<false> == kQGemmWgTileRows && kWgBMOf<true> == kQGemmWgInATileRows, "kernels.h's tile rows");
 
 // Slab stages and resident blocks per SM of a form; L = stages - 2 slabs are in flight ahead of
 // the one decoded.
@@ -68,19 +77,19 @@ DF_DEV void wgmma_f16(float (&acc)[BN / 2], const uint32_t (&a)[4], uint64_t b, 
 
 template <class G, bool kInA>
 constexpr int wg_unit_slots() { return (kWgStagesOf<kInA> - 2 + qg_slabs_per_unit<G>() - 1) / qg_slabs_per_unit<G>() + 1; }
-template <class G>
-constexpr int wg_unit_bytes() { return kWgBM * (G::kStride + G::kHead); }
+template <class G, bool kInA>
+constexpr int wg_unit_bytes() { return kWgBMOf<kInA> * (G::kStride + G::kHead); }
 // + 1024: the slab stages start on a 1024-byte boundary (the swizzle atom).
 template <class G, bool kInA>
 constexpr int wg_smem_bytes() {
-    return 1024 + kWgStagesOf<kInA> * kWgSlabBytesOf<kInA> + wg_unit_slots<G, kInA>() * wg_unit_bytes<G>() + qg_tabs_bytes<G>();
+    return 1024 + kWgStagesOf<kInA> * kWgSlabBytesOf<kInA> + wg_unit_slots<G, kInA>() * wg_unit_bytes<G, kInA>() + qg_tabs_bytes<G>();
 }
 // Q8_0's scale changes every slab; the other types' over a 256-column unit.
 template <class G>
 constexpr int wg_scale_slabs() { return G::kUnitCols == 64 ? 1 : qg_slabs_per_unit<G>(); }
 
 // The decoder of a form (kInA: the scales in the weights), and whether a type runs that form: it
-// has one and two blocks of it fit an SM (not IQ2_S: its tables).
+// has one and its blocks fit an SM (IQ2_S only with two warpgroups per block: its tables).
 template <Type TY, bool kInA>
 using WgDecoder = std::conditional_t<kInA, GemmQInA<TY>, GemmQ<TY>>;
 template <Type TY>
@@ -107,11 +116,11 @@ DF_DEV uint64_t wg_desc_sw128(uint32_t addr) { return wg_desc(addr, 16, 1024) | 
 // (hi x, lo x_hi; lo x_lo dropped, ~2^-22) straight into the result: no temporary accumulator,
 // no fold and no wait for any slab's products.
 template <Type TY, bool kInA>
-__global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
+__global__ void __launch_bounds__(kWgThreadsOf<kInA>, kWgBlocksOf<kInA>)
     qgemm_wg_kernel(const QGemmArgs a, const __grid_constant__ CUtensorMap xmap) {
     using G = WgDecoder<TY, kInA>;
     constexpr int S = kWgStagesOf<kInA>, L = S - 2, SPU = qg_slabs_per_unit<G>(), US = wg_unit_slots<G, kInA>();
-    constexpr int UB = wg_unit_bytes<G>(), BN = kWgBNOf<kInA>, kSlabBytes = kWgSlabBytesOf<kInA>, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
+    constexpr int UB = wg_unit_bytes<G, kInA>(), BM = kWgBMOf<kInA>, BN = kWgBNOf<kInA>, kSlabBytes = kWgSlabBytesOf<kInA>, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
     static_assert(SPU % SG == 0 && SPU % 2 == 0, "scale groups tile the units; slabs in pairs");
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* const slabs_smem = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
@@ -120,7 +129,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2;
     const int rows = a.w.rows, T = a.T;
-    const int m0 = blockIdx.x * kWgBM, n0 = blockIdx.y * BN;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const QgUnitRange ur = qg_unit_range(a.w.cols / G::kUnitCols, blockIdx.z, a.splits);
     const int u0 = ur.u0, nk = (ur.u1 - ur.u0) * SPU;
 
@@ -140,9 +149,9 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
         }
         mbar_init_fence();
     }
-    // Copy roles: thread t copies row t % 64 of every unit, its chunks j = t / 64 (mod 2), and the
-    // head if t < 64; thread 0 issues the slabs' copies.
-    const int a_row = tid & (kWgBM - 1), a_half = tid / kWgBM;
+    // Copy roles: thread t copies row t % BM of every unit, its chunks j = t / BM (mod 2), and the
+    // head if t < BM; thread 0 issues the slabs' copies.
+    const int a_row = tid & (BM - 1), a_half = tid / BM;
     const uint8_t* const a_src = a.w.data + static_cast<size_t>(min(m0 + a_row, rows - 1)) * a.w.row_stride;
     auto issue_unit = [&](int lu) {
         const int u = u0 + lu;
@@ -153,7 +162,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
             if (j + a_half < kPerRow)
                 cp_async<G::kCopy>(dst + a_row * G::kStride + (j + a_half) * G::kCopy, src + (j + a_half) * G::kCopy);
         if constexpr (G::kHead > 0)
-            if (a_half == 0) cp_async<G::kHead>(dst + kWgBM * G::kStride + a_row * G::kHead, a_src + a.w.head_off + G::head_src(u));
+            if (a_half == 0) cp_async<G::kHead>(dst + BM * G::kStride + a_row * G::kHead, a_src + a.w.head_off + G::head_src(u));
     };
     // Slab i into stage i % S (and the unit starting there); always commits a group (of the
     // units' copies). The slab: this block's slice of its tokens into every block of the cluster,
@@ -163,7 +172,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
             if (i > 0 && i % SPU == 0) issue_unit(i / SPU);
             // Every thread waits for the stage (no branch on the thread: see tma.cuh); thread 0 copies.
             const int st = i % S;
-            if (i >= S) mbar_wait(empty0 + 8 * st, (i / S - 1) & 1);
+            if constexpr (!kInA)  // kInA runs alone: the block barrier before this releases the stage
+                if (i >= S) mbar_wait(empty0 + 8 * st, (i / S - 1) & 1);
             mbar_arrive_expect_tx(tid == 0, full0 + 8 * st, kSlabBytes);
             tma_load_2d(tid == 0, smem_addr(slabs_smem + st * kSlabBytes) + rank * slice * 128, &xmap, full0 + 8 * st,
                         (u0 * SPU + i) * 64, n0 + static_cast<int>(rank) * slice, static_cast<uint16_t>((1u << C) - 1));
@@ -178,6 +188,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
     for (int i = 0; i < L; ++i) issue(i);
 
     const ImmaLane ln = G::lane(tabs, lane);
+    const uint64_t desc0 = wg_desc_sw128(smem_addr(slabs_smem));
     const int r0 = 16 * warp + g, r1 = r0 + 8;
     constexpr bool kMins = decoder_has_mins<G>();
     constexpr int TM = kMins ? 64 : 1;
@@ -196,13 +207,14 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
         cp_async_wait<L - 1>();
         mbar_wait(full0 + 8 * (i % S), (i / S) & 1);
         __syncthreads();
-        if (i >= 2) mbar_arrive_remote(tid < static_cast<int>(C), empty0 + 8 * ((i - 2) % S), static_cast<uint32_t>(tid) % C);
+        if constexpr (!kInA)
+            if (i >= 2) mbar_arrive_remote(tid < static_cast<int>(C), empty0 + 8 * ((i - 2) % S), static_cast<uint32_t>(tid) % C);
         issue(i + L);
         const int lu = i / SPU, m = i % SPU;
         const uint8_t* us = units_smem + (lu % US) * UB;
         uint32_t h0[4], h1[4];
         if constexpr (kInA) {
-            const uint8_t* hs = us + kWgBM * G::kStride;
+            const uint8_t* hs = us + BM * G::kStride;
             uint32_t l0[4], l1[4];
             G::slab_hl(ln, us + r0 * G::kStride, hs + r0 * G::kHead, u0 + lu, m, h0, l0);
             G::slab_hl(ln, us + r1 * G::kStride, hs + r1 * G::kHead, u0 + lu, m, h1, l1);
@@ -220,7 +232,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
         af[P][0][0] = h0[0]; af[P][0][1] = h1[0]; af[P][0][2] = h0[1]; af[P][0][3] = h1[1];
         af[P][1][0] = h0[2]; af[P][1][1] = h1[2]; af[P][1][2] = h0[3]; af[P][1][3] = h1[3];
         if (!kInA && i % SG == SG - 1) {
-            const uint8_t* hs = us + kWgBM * G::kStride;
+            const uint8_t* hs = us + BM * G::kStride;
             sv[P][0] = G::scale(us + r0 * G::kStride, hs + r0 * G::kHead, u0 + lu, m);
             sv[P][1] = G::scale(us + r1 * G::kStride, hs + r1 * G::kHead, u0 + lu, m);
             if constexpr (kMins) {
@@ -233,30 +245,32 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksOf<kInA>)
     // prepared while they run. The accumulators are read (the fold) only with no wgmma in flight:
     // ptxas serializes every wgmma otherwise.
     auto compute = [&]<int P>(int i) {
-        const uint32_t sb = smem_addr(slabs_smem + (i % S) * kSlabBytes);
+        // The stage's descriptor: the base's plus the stage's offset (16-byte units, no carry out of
+        // the 14-bit address field); the steps' 32-byte offsets likewise.
+        const uint64_t sb = desc0 + static_cast<uint32_t>((i % S) * (kSlabBytes >> 4));
         wgmma_fence();
         if constexpr (kInA) {
-            wgmma_f16<BN>(acc, af[P][0], wg_desc_sw128(sb + 0), true);   // step 0: hi x_hi
-            wgmma_f16<BN>(acc, af[P][0], wg_desc_sw128(sb + 64), true);  // hi x_lo
-            wgmma_f16<BN>(acc, al[P][0], wg_desc_sw128(sb + 0), true);   // lo x_hi
-            wgmma_f16<BN>(acc, af[P][1], wg_desc_sw128(sb + 32), true);  // step 1
-            wgmma_f16<BN>(acc, af[P][1], wg_desc_sw128(sb + 96), true);
-            wgmma_f16<BN>(acc, al[P][1], wg_desc_sw128(sb + 32), true);
+            wgmma_f16<BN>(acc, af[P][0], sb + 0, true);  // step 0: hi x_hi
+            wgmma_f16<BN>(acc, af[P][0], sb + 4, true);  // hi x_lo
+            wgmma_f16<BN>(acc, al[P][0], sb + 0, true);  // lo x_hi
+            wgmma_f16<BN>(acc, af[P][1], sb + 2, true);  // step 1
+            wgmma_f16<BN>(acc, af[P][1], sb + 6, true);
+            wgmma_f16<BN>(acc, al[P][1], sb + 2, true);
             wgmma_commit();
             if (i + 1 < nk) {
                 wgmma_wait<1>();  // slab i - 1's group: af, al[1 - P] are free
                 prepare.template operator()<1 - P>(i + 1);
             }
         } else {
-            wgmma_m64n128k16_f16(t, af[P][0], wg_desc_sw128(sb + 0), i % SG != 0);  // step 0 hi
-            wgmma_m64n128k16_f16(t, af[P][0], wg_desc_sw128(sb + 64), true);       // step 0 lo
-            wgmma_m64n128k16_f16(t, af[P][1], wg_desc_sw128(sb + 32), true);       // step 1 hi
-            wgmma_m64n128k16_f16(t, af[P][1], wg_desc_sw128(sb + 96), true);       // step 1 lo
+            wgmma_m64n128k16_f16(t, af[P][0], sb + 0, i % SG != 0);  // step 0 hi
+            wgmma_m64n128k16_f16(t, af[P][0], sb + 4, true);         // step 0 lo
+            wgmma_m64n128k16_f16(t, af[P][1], sb + 2, true);         // step 1 hi
+            wgmma_m64n128k16_f16(t, af[P][1], sb + 6, true);         // step 1 lo
             if constexpr (kMins) {  // - dmin sum_k m(k) x_k: the minimum as the weight
-                wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 0), i % SG != 0);
-                wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 64), true);
-                wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 32), true);
-                wgmma_m64n128k16_f16(tm, am[P], wg_desc_sw128(sb + 96), true);
+                wgmma_m64n128k16_f16(tm, am[P], sb + 0, i % SG != 0);
+                wgmma_m64n128k16_f16(tm, am[P], sb + 4, true);
+                wgmma_m64n128k16_f16(tm, am[P], sb + 2, true);
+                wgmma_m64n128k16_f16(tm, am[P], sb + 6, true);
             }
             wgmma_commit();
             if (i + 1 < nk) {
@@ -316,16 +330,17 @@ void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
         attr_set = true;
     }
     constexpr int BN = kWgBNOf<kInA>;
-    const dim3 grid((a.w.rows + kWgBM - 1) / kWgBM, (a.T + BN - 1) / BN, a.splits);
-    // The clusters tile the row blocks. kInA's three blocks per SM gained nothing from sharing
-    // slabs (4B prefill at 4096 -1.5 % in clusters of 2).
+    const dim3 grid((a.w.rows + kWgBMOf<kInA> - 1) / kWgBMOf<kInA>, (a.T + BN - 1) / BN, a.splits);
+    // The clusters tile the row blocks. kInA runs alone (its stages are released by the block
+    // barrier; as three blocks per SM it gained nothing from sharing slabs, 4B prefill at 4096
+    // -1.5 % in clusters of 2).
     int C = kInA ? 1 : qgemm_cluster();
     while (grid.x % C != 0) C /= 2;
     // The activations as T rows of 2 cols halves (wg_order); a box is one slab's 64 halves of a
     // block's slice of the tokens.
     const CUtensorMap xmap = tensor_map_u16_sw128(a.xhl, 2 * static_cast<uint64_t>(a.w.cols), static_cast<uint64_t>(a.T),
                                                   4 * static_cast<uint64_t>(a.w.cols), 64, static_cast<uint32_t>(BN / C));
-    launch_cluster(qgemm_wg_kernel<TY, kInA>, grid, kWgThreads, smem, s, C, a, xmap);
+    launch_cluster(qgemm_wg_kernel<TY, kInA>, grid, kWgThreadsOf<kInA>, smem, s, C, a, xmap);
 }
 
 template <Type TY>

@@ -188,14 +188,16 @@ struct QGemmEntry {
 // Rows and tokens of one qgemm block, and blocks resident per SM (the caller sizes splits from
 // them), for the mma.sync kernel (gemm_q.cuh) and the wgmma one (gemm_wg.cuh).
 constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128, kQGemmBlocksPerSm = 2;
-// ... and of its form with the scales in the weights (gemm_wg.cuh's kInA): 256 tokens per block
-// (189 registers, two blocks per SM) or, as an A/B build, 128 (three), three slab stages either
-// way (bench/RESULTS.md, session 29).
-#ifndef DF_QGEMM_WG_INA_TOKENS  // build-time knob for A/B builds: 128 (3 blocks per SM) or 256 (2)
-#define DF_QGEMM_WG_INA_TOKENS 256
+// ... and of its form with the scales in the weights (gemm_wg.cuh's kInA): 256 tokens per block,
+// two consumer warpgroups (128 rows) sharing each activation slab, one block per SM, four slab
+// stages; as an A/B build one warpgroup (64 rows), two blocks per SM, three stages (session 29's
+// form, bench/RESULTS.md sessions 29-30).
+#ifndef DF_QGEMM_WG_INA_GROUPS  // build-time knob for A/B builds: warpgroups per block, 1 or 2
+#define DF_QGEMM_WG_INA_GROUPS 2
 #endif
-constexpr int kQGemmWgTileRows = 64, kQGemmWgBlocksPerSm = 2, kQGemmWgInATokens = DF_QGEMM_WG_INA_TOKENS;
-constexpr int kQGemmWgInABlocksPerSm = kQGemmWgInATokens == 256 ? 2 : 3, kQGemmWgInAStages = 3;
+constexpr int kQGemmWgTileRows = 64, kQGemmWgBlocksPerSm = 2, kQGemmWgInATokens = 256;
+constexpr int kQGemmWgInAGroups = DF_QGEMM_WG_INA_GROUPS, kQGemmWgInATileRows = 64 * kQGemmWgInAGroups;
+constexpr int kQGemmWgInABlocksPerSm = kQGemmWgInAGroups == 2 ? 1 : 2, kQGemmWgInAStages = kQGemmWgInAGroups == 2 ? 4 : 3;
 // Blocks per thread block cluster of the wgmma GEMM: the blocks of a cluster take consecutive row
 // tiles of the same tokens and share each activation slab, copied once for all of them (TMA
 // multicast; at most this many, fewer where the row tiles do not divide; the form with the scales
