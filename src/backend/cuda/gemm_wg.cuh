@@ -133,9 +133,11 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, kWgBlocksOf<kInA>)
     const QgUnitRange ur = qg_unit_range(a.w.cols / G::kUnitCols, blockIdx.z, a.splits);
     const int u0 = ur.u0, nk = (ur.u1 - ur.u0) * SPU;
 
-    // full[s]: stage s's slab has landed (one arrival, the slab's bytes); empty[s]: every block of
-    // the cluster is done with it (one arrival per block).
+    // full[s]: stage s's slab has landed (one arrival, the slab's bytes); empty[s] (the folded
+    // form): every block of the cluster is done with it (one arrival per block); released[s]
+    // (kInA): how many times a warpgroup released it, the last of a round refilling it.
     __shared__ __align__(8) uint64_t bars[2 * S];
+    __shared__ uint32_t released[S];
     const uint32_t full0 = smem_addr(bars), empty0 = full0 + 8 * S;
     const uint32_t C = cluster_blocks(), rank = cluster_rank();
     const int slice = BN / static_cast<int>(C);  // tokens this block copies into every block
@@ -146,12 +148,14 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, kWgBlocksOf<kInA>)
         for (int st = 0; st < S; ++st) {
             mbar_init(full0 + 8 * st, 1);
             mbar_init(empty0 + 8 * st, C);
+            released[st] = 0u;
         }
         mbar_init_fence();
     }
-    // Copy roles: thread t copies row t % BM of every unit, its chunks j = t / BM (mod 2), and the
-    // head if t < BM; thread 0 issues the slabs' copies.
-    const int a_row = tid & (BM - 1), a_half = tid / BM;
+    // Copy roles: thread t of warpgroup w copies row 64 w + t % 64 of every unit (a warpgroup only
+    // its own rows), its chunks j = t / 64 (mod 2), and the head if t < 64; thread 0 issues the
+    // first slabs' copies.
+    const int wg = tid >> 7, a_row = 64 * wg + (tid & 63), a_half = (tid >> 6) & 1;
     const uint8_t* const a_src = a.w.data + static_cast<size_t>(min(m0 + a_row, rows - 1)) * a.w.row_stride;
     auto issue_unit = [&](int lu) {
         const int u = u0 + lu;
@@ -167,15 +171,15 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, kWgBlocksOf<kInA>)
     // Slab i into stage i % S (and the unit starting there); always commits a group (of the
     // units' copies). The slab: this block's slice of its tokens into every block of the cluster,
     // once all of them have released the stage's previous slab (i - S); rows past T are zeros.
-    auto issue = [&](int i) {
+    auto issue = [&](int i, bool issuer) {
         if (i < nk) {
             if (i > 0 && i % SPU == 0) issue_unit(i / SPU);
-            // Every thread waits for the stage (no branch on the thread: see tma.cuh); thread 0 copies.
+            // Every thread waits for the stage (no branch on the thread: see tma.cuh); `issuer` copies.
             const int st = i % S;
-            if constexpr (!kInA)  // kInA runs alone: the block barrier before this releases the stage
+            if constexpr (!kInA)  // kInA: its issuer is the stage's last releaser
                 if (i >= S) mbar_wait(empty0 + 8 * st, (i / S - 1) & 1);
-            mbar_arrive_expect_tx(tid == 0, full0 + 8 * st, kSlabBytes);
-            tma_load_2d(tid == 0, smem_addr(slabs_smem + st * kSlabBytes) + rank * slice * 128, &xmap, full0 + 8 * st,
+            mbar_arrive_expect_tx(issuer, full0 + 8 * st, kSlabBytes);
+            tma_load_2d(issuer, smem_addr(slabs_smem + st * kSlabBytes) + rank * slice * 128, &xmap, full0 + 8 * st,
                         (u0 * SPU + i) * 64, n0 + static_cast<int>(rank) * slice, static_cast<uint16_t>((1u << C) - 1));
         }
         cp_async_commit();
@@ -185,7 +189,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, kWgBlocksOf<kInA>)
     cluster_sync_all();  // every block's barriers are initialized before copies or arrivals reach them
     pdl_wait();
 #pragma unroll
-    for (int i = 0; i < L; ++i) issue(i);
+    for (int i = 0; i < L; ++i) issue(i, tid == 0);
 
     const ImmaLane ln = G::lane(tabs, lane);
     const uint64_t desc0 = wg_desc_sw128(smem_addr(slabs_smem));
@@ -202,14 +206,22 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, kWgBlocksOf<kInA>)
 
     // Waits for slab i, releases the stage of slab i - 2 (its wgmma group is done in every warp)
     // in every block of the cluster, refills it with slab i + L and decodes slab i into af[P] (and
-    // its group's scales into sv[P] at the group's end).
+    // its group's scales into sv[P] at the group's end). kInA's warpgroups meet only their own
+    // warps here: each releases the stage (i + L = i - 2 mod S) by a count, and the one whose
+    // release completes a round refills it, so neither waits for the other's products.
     auto prepare = [&]<int P>(int i) {
         cp_async_wait<L - 1>();
         mbar_wait(full0 + 8 * (i % S), (i / S) & 1);
-        __syncthreads();
-        if constexpr (!kInA)
+        bool issuer = tid == 0;
+        if constexpr (kInA) {
+            warpgroup_sync(wg);  // its units' copies landed, its slab i - 2 products done
+            const uint32_t n = atomic_add_shared(tid % 128 == 0, smem_addr(released + (i + L) % S));
+            issuer = tid % 128 == 0 && n % kWgGroupsOf<kInA> == kWgGroupsOf<kInA> - 1;
+        } else {
+            __syncthreads();
             if (i >= 2) mbar_arrive_remote(tid < static_cast<int>(C), empty0 + 8 * ((i - 2) % S), static_cast<uint32_t>(tid) % C);
-        issue(i + L);
+        }
+        issue(i + L, issuer);
         const int lu = i / SPU, m = i % SPU;
         const uint8_t* us = units_smem + (lu % US) * UB;
         uint32_t h0[4], h1[4];

@@ -91,6 +91,25 @@ DF_DEV void mbar_wait(uint32_t bar, uint32_t parity) {
 // The box of a 2-D tensor map at (c0, c1) (elements, innermost first) into shared memory at dst in
 // every block of `mask` (bit r: rank r; the same offset in each), each block's barrier at `bar`
 // counting the bytes that land there. Rows outside the map arrive as zeros (and count).
+// Barrier of warpgroup w's 128 threads (named barrier 1 + w; 0 is __syncthreads').
+DF_DEV void warpgroup_sync(int w) {
+#if DF_TMA_DEVICE
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + w) : "memory");
+#endif
+}
+// Where `on`: the old value of the shared word at addr, incremented (the others get 0; predicated,
+// no branch on the thread).
+DF_DEV uint32_t atomic_add_shared(bool on, uint32_t addr) {
+    uint32_t v = 0;
+#if DF_TMA_DEVICE
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %1, 0;\n\t@p atom.shared::cta.add.u32 %0, [%2], 1;\n\t}"
+        : "+r"(v)
+        : "r"(static_cast<int>(on)), "r"(addr)
+        : "memory");
+#endif
+    return v;
+}
 DF_DEV void tma_load_2d(bool on, uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, uint16_t mask) {
 #if DF_TMA_DEVICE
     const uint64_t m = reinterpret_cast<uint64_t>(map);
