@@ -29,14 +29,17 @@
 // Block: the folded form 128 threads (one warpgroup), 64 rows x 128 tokens, two blocks per SM;
 // kInA two warpgroups, 128 rows x 256 tokens, one block per SM: both warpgroups read each slab,
 // so an SM holds half the slab bytes per product and four stages fit (three as two blocks of one
-// warpgroup): slabs are requested ~4x further ahead of their use. Weight units staged by
-// cp.async in a ring as in gemm_q.cuh. Activation slabs come by TMA (tma.cuh) into a ring of
+// warpgroup): slabs are requested ~4x further ahead of their use. Each warpgroup copies and
+// waits for its own rows' weight units and meets only its own warps (a named barrier), so the
+// two drift freely within the slabs in flight. Weight units staged by cp.async in a ring as in
+// gemm_q.cuh. Activation slabs come by TMA (tma.cuh) into a ring of
 // stages, one mbarrier per stage counting its bytes. In the folded form the C blocks of a thread
 // block cluster hold consecutive row tiles of the same tokens, and block r copies tokens
 // r/C .. (r+1)/C of each slab into all C blocks at once (multicast: the GEMM's L2 traffic, 75-85 %
 // of L2's peak with a block's own copies, fell by half, its time by a little; session 29). A
 // stage is refilled when every block of the cluster has released it (a second mbarrier per
-// stage, one arrival per block).
+// stage, one arrival per block); in kInA by the warpgroup whose release (a count per stage)
+// completes the round.
 #pragma once
 
 #include "backend/cuda/gemm_q.cuh"
