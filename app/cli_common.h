@@ -21,7 +21,7 @@ struct ModelArgs {
             ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         cmd.add_option("-t,--threads", threads, "CPU threads (0: one per core)");
         if (with_ctx) cmd.add_option("--ctx", ctx, "context size in tokens");
-        cmd.add_option("--chunk", chunk, "prompt tokens per forward pass (0: 256 on the CPU, 2048 on a GPU)")
+        cmd.add_option("--chunk", chunk, "prompt tokens per forward pass (0: 256 on the CPU; on a GPU 2048, 4096 for hybrid models)")
             ->check(CLI::NonNegativeNumber);
         cmd.add_option("--kv-type", kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
     }

@@ -65,7 +65,7 @@ private:
 
 struct SessionOptions {
     int ctx = 4096;            // KV capacity in tokens (clamped to the model's training context)
-    int chunk = 0;             // prompt tokens per forward pass (0: 256 on the CPU, 2048 on a GPU)
+    int chunk = 0;             // prompt tokens per forward pass (0: 256 on the CPU; GPU 2048, hybrid 4096)
     KvType kv_type = KvType::f16;
     // Hybrid models: copies of the recurrent state kept by checkpoint() (each as large as that
     // state: ~160 MB for a 27B qwen35, allocated on first use); 0 turns them off.
