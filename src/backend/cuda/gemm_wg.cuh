@@ -346,9 +346,9 @@ void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
     }
     constexpr int BN = kWgBNOf<kInA>;
     const dim3 grid((a.w.rows + kWgBMOf<kInA> - 1) / kWgBMOf<kInA>, (a.T + BN - 1) / BN, a.splits);
-    // The clusters tile the row blocks. kInA runs alone (its stages are released by the block
-    // barrier; as three blocks per SM it gained nothing from sharing slabs, 4B prefill at 4096
-    // -1.5 % in clusters of 2).
+    // The clusters tile the row blocks. kInA runs alone (its warpgroups release stages by a count
+    // in shared memory; as three blocks per SM it gained nothing from sharing slabs, 4B prefill
+    // at 4096 -1.5 % in clusters of 2).
     int C = kInA ? 1 : qgemm_cluster();
     while (grid.x % C != 0) C /= 2;
     // The activations as T rows of 2 cols halves (wg_order); a box is one slab's 64 halves of a

@@ -88,9 +88,6 @@ DF_DEV void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
 #endif
 }
-// The box of a 2-D tensor map at (c0, c1) (elements, innermost first) into shared memory at dst in
-// every block of `mask` (bit r: rank r; the same offset in each), each block's barrier at `bar`
-// counting the bytes that land there. Rows outside the map arrive as zeros (and count).
 // Barrier of warpgroup w's 128 threads (named barrier 1 + w; 0 is __syncthreads').
 DF_DEV void warpgroup_sync(int w) {
 #if DF_TMA_DEVICE
@@ -110,6 +107,9 @@ DF_DEV uint32_t atomic_add_shared(bool on, uint32_t addr) {
 #endif
     return v;
 }
+// The box of a 2-D tensor map at (c0, c1) (elements, innermost first) into shared memory at dst in
+// every block of `mask` (bit r: rank r; the same offset in each), each block's barrier at `bar`
+// counting the bytes that land there. Rows outside the map arrive as zeros (and count).
 DF_DEV void tma_load_2d(bool on, uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, uint16_t mask) {
 #if DF_TMA_DEVICE
     const uint64_t m = reinterpret_cast<uint64_t>(map);
