@@ -1,9 +1,11 @@
 // CUDA dense ops against the CPU backend on random inputs of awkward sizes.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
+#include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
 #include "quant/dequant.h"
@@ -314,6 +316,32 @@ TEST(CudaOps, KvStoreAndAttention) {
         ScopedSplitHeads scoped_heads(split_heads);
         check_kv_store_and_attention(c, g);
     }
+}
+
+// Prefill attention of 128-wide heads over an f16 cache in both forms, each against the CPU: the
+// wgmma kernel (sm_90a builds on compute capability 9.0) and the mma.sync one. GQA ratios 1, 2,
+// 4 and 5 (12 tokens x 5 heads per block, 4 idle rows), one key tile and several, a context
+// before the chunk, tiles with and without the causal diagonal.
+TEST(CudaOps, PrefillAttentionWgmmaAndMmaSync) {
+    DF_REQUIRE_CUDA();
+    auto g = test_rng();
+    cuda::AttnArgs probe;
+    probe.head_dim = 128;
+    probe.half_cache = true;
+    const int saved = cuda::attn_prefill_wg();
+    cuda::set_attn_prefill_wg(1);
+    const bool able = cuda::attention_prefill_wg_able(probe);
+    std::printf("[ note ] wgmma prefill attention %s\n", able ? "runs here" : "is not built or not for this device: both passes use mma.sync");
+    using C = AttnCase;
+    for (int wg : {1, 0}) {
+        cuda::set_attn_prefill_wg(wg);
+        SCOPED_TRACE(wg && able ? "wgmma" : "mma.sync");
+        for (const C c : {C{32, 8, 128, 9, 0, KvType::f16, false}, C{16, 8, 128, 77, 5, KvType::f16, true},
+                          C{40, 8, 128, 129, 64, KvType::f16, false}, C{8, 8, 128, 300, 1000, KvType::f16, false},
+                          C{32, 8, 128, 513, 0, KvType::f16, true}})
+            check_kv_store_and_attention(c, g);
+    }
+    cuda::set_attn_prefill_wg(saved);
 }
 
 // Decode contexts cut into splits of at least 1..64 keys: short and odd lengths around the split

@@ -1,5 +1,6 @@
 // Causal GQA attention of a prefill chunk (T > 8) on the tensor cores: flash attention with
-// mma.m16n8k16 (f16 operands, f32 accumulation).
+// mma.m16n8k16 (f16 operands, f32 accumulation). On sm_90a, 128-wide heads over an f16 cache go
+// to the wgmma form of the same kernel (attention_prefill_wg.cu).
 //
 // Block = 4 warps over 64 query rows (row = token x query head of one KV head, as in decode, so
 // every K/V row read serves the whole group); warp w owns rows 16w .. 16w + 15. Per tile of 64
@@ -312,6 +313,10 @@ void launch_attention_prefill(const AttnArgs& a, int group, cudaStream_t s) {
     DF_CUDA_REQUIRE(attention_prefill_supported(a.head_dim), "attention prefill: head_dim must be 64, 128 or 256");
     DF_CUDA_REQUIRE(group >= 1 && group <= kRows && (a.heads / a.kv_heads) % group == 0,
                     "attention prefill: group must divide the GQA ratio");
+    if (attention_prefill_wg_able(a)) {
+        launch_attention_prefill_wg(a, group, s);
+        return;
+    }
     switch (a.head_dim) {
         case 64: launch_d<64>(a, group, s); break;
         case 128: launch_d<128>(a, group, s); break;
