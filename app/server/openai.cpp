@@ -5,6 +5,8 @@
 #include <limits>
 #include <random>
 
+#include "runtime/text_stream.h"
+
 namespace df::server {
 namespace {
 
@@ -65,6 +67,17 @@ void range(double v, double lo, double hi, bool lo_open, const char* name, const
 void refuse_unless(bool neutral, const char* name, const std::string& why) {
     if (!neutral) bad(std::string(name) + ": " + why, name);
 }
+
+// A count of alternative tokens per position (0..kMaxTopLogprobs).
+int top_logprobs(const Json& v, const char* name) {
+    const int64_t k = integer(v, name);
+    if (k < 0 || k > diskformer::kMaxTopLogprobs)
+        bad(std::string(name) + " must be between 0 and " + std::to_string(diskformer::kMaxTopLogprobs) + ", got " + std::to_string(k), name);
+    return static_cast<int>(k);
+}
+
+// OpenAI writes a log-probability of -inf as -9999.
+double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
 
 // The options both endpoints share.
 void parse_common(const Json& body, Request& r, const diskformer::GenerateOptions& defaults) {
@@ -222,8 +235,14 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
     parse_common(body, r, defaults);
     if (const Json* v = field(body, "tools")) refuse_unless(v->is_array() && v->empty(), "tools", "tool calling is not supported");
     if (const Json* v = field(body, "tool_choice")) refuse_unless(*v == "none" || *v == "auto", "tool_choice", "tool calling is not supported");
-    if (const Json* v = field(body, "logprobs")) refuse_unless(!boolean(*v, "logprobs"), "logprobs", "not supported");
-    if (const Json* v = field(body, "top_logprobs")) refuse_unless(integer(*v, "top_logprobs") == 0, "top_logprobs", "not supported");
+    bool logprobs = false;
+    if (const Json* v = field(body, "logprobs")) logprobs = boolean(*v, "logprobs");
+    int top = 0;
+    if (const Json* v = field(body, "top_logprobs")) {
+        top = top_logprobs(*v, "top_logprobs");
+        if (top > 0 && !logprobs) bad("top_logprobs needs logprobs set to true", "top_logprobs");
+    }
+    r.gen.logprobs = logprobs ? top : -1;
     if (const Json* v = field(body, "response_format"))
         refuse_unless(v->is_object() && v->value("type", "") == "text", "response_format", "only {\"type\": \"text\"} is supported");
     if (const Json* k = field(body, "chat_template_kwargs")) {
@@ -246,7 +265,7 @@ Request parse_completion_request(const Json& body, const diskformer::GenerateOpt
     parse_common(body, r, defaults);
     if (const Json* v = field(body, "echo")) refuse_unless(!boolean(*v, "echo"), "echo", "not supported");
     if (const Json* v = field(body, "suffix")) refuse_unless(v->is_string() && v->get_ref<const std::string&>().empty(), "suffix", "not supported");
-    if (const Json* v = field(body, "logprobs")) refuse_unless(integer(*v, "logprobs") == 0, "logprobs", "not supported");
+    if (const Json* v = field(body, "logprobs")) r.gen.logprobs = top_logprobs(*v, "logprobs");
     return r;
 }
 
@@ -278,18 +297,50 @@ Json timings_json(const diskformer::GenerateStats& s) {
             {"ttft_ms", s.ttft_ms}};
 }
 
-Json response_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& res) {
+Json logprobs_json(const Request& req, std::span<const LogprobToken> tokens, const TokenText& text, size_t& offset) {
+    if (req.chat) {
+        auto entry = [&](const diskformer::TokenLogprob& t) {
+            const std::string b = text(t.token);
+            Json bytes = Json::array();
+            for (const unsigned char c : b) bytes.push_back(c);
+            return Json{{"token", diskformer::valid_utf8(b)}, {"logprob", finite_logprob(t.logprob)}, {"bytes", std::move(bytes)}};
+        };
+        Json content = Json::array(), reasoning = Json::array();
+        for (const auto& t : tokens) {
+            Json e = entry(t.lp.chosen), top = Json::array();
+            for (const auto& alt : t.lp.top) top.push_back(entry(alt));
+            e["top_logprobs"] = std::move(top);
+            (t.part == diskformer::Part::reasoning ? reasoning : content).push_back(std::move(e));
+        }
+        Json out = {{"content", std::move(content)}};
+        if (!reasoning.empty()) out["reasoning_content"] = std::move(reasoning);
+        return out;
+    }
+    Json toks = Json::array(), lps = Json::array(), tops = Json::array(), offsets = Json::array();
+    for (const auto& t : tokens) {
+        const std::string b = text(t.lp.chosen.token);
+        toks.push_back(diskformer::valid_utf8(b));
+        lps.push_back(finite_logprob(t.lp.chosen.logprob));
+        Json top = Json::object();
+        for (const auto& alt : t.lp.top) top[diskformer::valid_utf8(text(alt.token))] = finite_logprob(alt.logprob);
+        tops.push_back(std::move(top));
+        offsets.push_back(offset);
+        offset += b.size();
+    }
+    return {{"tokens", std::move(toks)}, {"token_logprobs", std::move(lps)}, {"top_logprobs", std::move(tops)}, {"text_offset", std::move(offsets)}};
+}
+
+Json response_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& res, const Json& logprobs) {
     Json choice = {{"index", 0}, {"finish_reason", finish_reason(res.stop)}};
     if (req.chat) {
         Json msg = {{"role", "assistant"}, {"content", res.text}};
         if (!res.reasoning.empty()) msg["reasoning_content"] = res.reasoning;
         choice["message"] = std::move(msg);
-        choice["logprobs"] = nullptr;
     } else {
         choice["text"] = res.text;
         if (!res.reasoning.empty()) choice["reasoning_content"] = res.reasoning;
-        choice["logprobs"] = nullptr;
     }
+    choice["logprobs"] = logprobs;
     Json out = base(meta, req.chat ? "chat.completion" : "text_completion");
     out["choices"] = Json::array({std::move(choice)});
     out["usage"] = usage_json(res.stats);
@@ -308,13 +359,14 @@ Json open_chunk(const Request& req, const Meta& meta) {
     return out;
 }
 
-Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part) {
+Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part, const Json& logprobs) {
     const char* key = part == diskformer::Part::reasoning ? "reasoning_content" : req.chat ? "content" : "text";
     Json choice = {{"index", 0}, {"finish_reason", nullptr}};
     if (req.chat)
         choice["delta"] = {{key, std::string(text)}};
     else
         choice[key] = std::string(text);
+    if (!logprobs.is_null()) choice["logprobs"] = logprobs;
     Json out = base(meta, chunk_object(req));
     out["choices"] = Json::array({std::move(choice)});
     return out;

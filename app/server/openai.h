@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -42,7 +44,8 @@ Json parse_body(std::string_view text);
 
 // Fields a request leaves out take `defaults` (the server's sampling options); a sampled request
 // without a seed gets a fresh one. Unsupported features that would change the answer (n > 1,
-// logprobs, tools, JSON mode, frequency_penalty) are refused rather than ignored.
+// tools, JSON mode, frequency_penalty) are refused rather than ignored. Log-probabilities (chat:
+// logprobs + top_logprobs, completions: logprobs) set gen.logprobs, up to 20 alternatives.
 Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& defaults);
 Request parse_completion_request(const Json& body, const diskformer::GenerateOptions& defaults);
 
@@ -60,13 +63,31 @@ Json usage_json(const diskformer::GenerateStats& stats);
 // llama.cpp's timing fields (prompt_n, prompt_ms, predicted_n, predicted_per_second, ...).
 Json timings_json(const diskformer::GenerateStats& stats);
 
-// The whole answer of a request that did not stream.
-Json response_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& result);
+// A generated token as a choice's log-probabilities report it, with the part of the answer it
+// fell in. An end token is not reported (OpenAI's are not).
+struct LogprobToken {
+    diskformer::TokenLogprobs lp;
+    diskformer::Part part;
+};
+// The bytes a token renders to alone (Model::detokenize of it).
+using TokenText = std::function<std::string(int32_t)>;
+// OpenAI's "logprobs" of a choice or chunk. Chat: {"content": [{token, logprob, bytes,
+// top_logprobs: [{token, logprob, bytes}]}]}, the thinking's tokens under "reasoning_content"
+// (an extension, as the message's reasoning_content is). Completions: {tokens, token_logprobs,
+// top_logprobs: [{token: logprob}], text_offset}, offsets in bytes from `offset` (advanced past
+// these tokens). A token's text is made valid UTF-8 (U+FFFD for bytes of a split character;
+// "bytes" keeps them); a ruled-out token's logprob is -9999, as OpenAI writes it.
+Json logprobs_json(const Request& req, std::span<const LogprobToken> tokens, const TokenText& text, size_t& offset);
+
+// The whole answer of a request that did not stream; `logprobs` goes into its choice as it is.
+Json response_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& result,
+                   const Json& logprobs = nullptr);
 
 // Stream chunks: the opening one (chat: the assistant role), one per piece of text, and the
 // closing one with the finish reason; the usage chunk when asked for (empty choices).
 Json open_chunk(const Request& req, const Meta& meta);
-Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part);
+Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part,
+                 const Json& logprobs = nullptr);
 Json finish_chunk(const Request& req, const Meta& meta, diskformer::StopReason reason);
 Json usage_chunk(const Request& req, const Meta& meta, const diskformer::GenerateStats& stats);
 

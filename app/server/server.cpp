@@ -134,6 +134,30 @@ struct Server::Impl {
         }
     }
 
+    // A request's log-probabilities as generation reports them: each token's entry waits until a
+    // piece of text carries it out (stream), and the last token's until the stop reason says
+    // whether it was an end token, which is not reported.
+    struct Logprobs {
+        const Request& r;
+        const Impl& s;
+        std::vector<LogprobToken> pending;
+        size_t offset = 0;  // completions' text_offset
+        bool on() const { return r.gen.logprobs >= 0; }
+        void add(const diskformer::Piece& p) {
+            if (p.logprobs) pending.push_back({*p.logprobs, p.part});
+        }
+        Json take() {
+            if (pending.empty()) return nullptr;
+            Json j = logprobs_json(r, pending, [this](int32_t id) { return s.model->detokenize(std::span(&id, 1)); }, offset);
+            pending.clear();
+            return j;
+        }
+        Json finish(const GenerateResult& g) {
+            if (g.stop == diskformer::StopReason::end_token && !pending.empty()) pending.pop_back();
+            return take();
+        }
+    };
+
     Meta meta(const Request& r) {
         char id[32];
         std::snprintf(id, sizeof id, "%s-%016llx", r.chat ? "chatcmpl" : "cmpl",
@@ -160,12 +184,15 @@ struct Server::Impl {
             const Meta m = meta(*r);
             if (!r->stream) {
                 std::atomic<bool> abort{false};
-                const GenerateResult g = generate(*r, *prompt, abort, {});
+                Logprobs lp{*r, *this, {}};
+                const GenerateResult g = generate(*r, *prompt, abort,
+                                                  lp.on() ? diskformer::StreamCallback([&](const diskformer::Piece& p) { lp.add(p); })
+                                                          : diskformer::StreamCallback{});
                 if (stopping) {
                     ++aborted;
                     throw ApiError(503, "the server is shutting down");
                 }
-                send_json(res, 200, response_json(*r, m, g));
+                send_json(res, 200, response_json(*r, m, g, lp.on() ? lp.finish(g) : Json(nullptr)));
                 ++served;
                 log(summary(*r, g));
                 return;
@@ -197,8 +224,11 @@ struct Server::Impl {
         };
         send(open_chunk(r, m));
         try {
+            Logprobs lp{r, *this, {}};
             const GenerateResult g = generate(r, prompt, abort, [&](const diskformer::Piece& p) {
-                if (!p.text.empty()) send(piece_chunk(r, m, p.text, p.part));
+                if (!p.last) lp.add(p);
+                if (!p.text.empty()) send(piece_chunk(r, m, p.text, p.part, lp.take()));
+                if (p.last) lp.add(p);  // an end token or not: finish() decides
             });
             if (g.stop == diskformer::StopReason::aborted) {
                 ++aborted;
@@ -208,6 +238,7 @@ struct Server::Impl {
                 if (stopping) send(ApiError(503, "the server is shutting down").body());
             } else {
                 ++served;
+                if (Json rest = lp.finish(g); !rest.is_null()) send(piece_chunk(r, m, "", diskformer::Part::answer, rest));
                 send(finish_chunk(r, m, g.stop));
                 if (r.include_usage) send(usage_chunk(r, m, g.stats));
                 log(summary(r, g));

@@ -40,9 +40,28 @@ struct GenerateOptions {
     // Drafting pauses while a verify pass yields fewer tokens per ms than a plain step (timed as
     // generation goes, with probes); false drafts whenever the context offers a guess.
     bool draft_adaptive = true;
+    // Log-probabilities: at 0 or more, each generated token's log-probability under the model and
+    // this many of the most likely tokens with theirs (at most kMaxTopLogprobs); -1: off. They
+    // are the log-softmax of the raw logits, before penalties, temperature and truncation, so the
+    // same for every sampling option. Costs a copy of the logits per token (from a GPU) and
+    // turns drafting off.
+    int logprobs = -1;
     // Checked between tokens and between prompt chunks; set it from any thread or a signal
     // handler to end generation early (StopReason::aborted). Not cleared by generate().
     const std::atomic<bool>* abort = nullptr;
+};
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0;  // natural log; -inf for a token the model rules out
+};
+// A generated token's log-probability and, when asked for, the likeliest tokens at its position
+// (best first; ties by lower id), which may or may not include it.
+struct TokenLogprobs {
+    TokenLogprob chosen;
+    std::vector<TokenLogprob> top;
 };
 
 // Which part of an answer a piece of text belongs to: the model's thinking, or the answer.
@@ -56,6 +75,7 @@ struct Piece {
     Part part;              // the part `text` belongs to
     int32_t token;          // the token generated just now (each is reported once, in order)
     bool last;              // generation ends with this piece
+    const TokenLogprobs* logprobs = nullptr;  // the token's when GenerateOptions::logprobs >= 0; valid during the call
 };
 // Called once per generated token, on the generating thread; `text` is valid during the call.
 using StreamCallback = std::function<void(const Piece&)>;
@@ -83,6 +103,7 @@ struct GenerateResult {
     std::string text;             // the answer: what was streamed as Part::answer
     std::string reasoning;        // the thinking (Part::reasoning), without the tags
     std::vector<int32_t> tokens;  // every generated token in order, an end token included
+    std::vector<TokenLogprobs> logprobs;  // one per token when GenerateOptions::logprobs >= 0
     StopReason stop = StopReason::end_token;
     GenerateStats stats;
 };

@@ -123,7 +123,9 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     int32_t greedy_next = sampler.is_plain_greedy() ? session.argmax() : -1;
     // Speculation: prompt + answer (the drafts' source), and the draft tokens a verify pass
     // kept, already evaluated, to be emitted before the next choice.
-    const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0;
+    // (Not with log-probabilities: a verify pass leaves the logits of its last row only.)
+    const bool want_logprobs = options.logprobs >= 0;
+    const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0 && !want_logprobs;
     std::vector<int32_t> context;
     if (speculate) context.assign(prompt.begin(), prompt.end());
     std::deque<int32_t> kept;
@@ -146,7 +148,15 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             kept.pop_front();
         } else if (id < 0) {
             std::vector<float> logits = session.logits();
-            id = sampler.sample(logits, recent);
+            if (want_logprobs) {
+                const std::vector<float> raw = logits;  // the sampler modifies its copy
+                id = sampler.sample(logits, recent);
+                r.logprobs.push_back(sampling::token_logprobs(raw, id, options.logprobs));
+            } else {
+                id = sampler.sample(logits, recent);
+            }
+        } else if (want_logprobs) {  // the backend's argmax chose it: the logits only for this
+            r.logprobs.push_back(sampling::token_logprobs(session.logits(), id, options.logprobs));
         }
         if (speculate) context.push_back(id);
         if (r.tokens.empty()) {
@@ -173,7 +183,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             end = true;
         }
         (out.part == Part::reasoning ? r.reasoning : r.text) += out.text;
-        if (on_piece) on_piece(Piece{out.text, out.part, id, end});
+        if (on_piece) on_piece(Piece{out.text, out.part, id, end, want_logprobs ? &r.logprobs.back() : nullptr});
         if (end) break;
         if (evaluated) continue;  // its successor is the next kept token, or the pass's argmax
         std::vector<int32_t> guess;

@@ -25,6 +25,34 @@ std::string num(double v) {
 
 }  // namespace
 
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t chosen, int top) {
+    float mx = -INFINITY;
+    for (float x : logits) mx = std::max(mx, x);
+    double sum = 0;
+    if (mx > -INFINITY)
+        for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+    const double lse = mx + std::log(sum);  // -inf + log(0) stays -inf: every token ruled out
+    auto lp = [&](int32_t id) {
+        const double v = static_cast<double>(logits[static_cast<size_t>(id)]) - lse;
+        return std::isnan(v) ? -INFINITY : static_cast<float>(v);
+    };
+    TokenLogprobs r;
+    r.chosen = {chosen, lp(chosen)};
+    // The `top` best in one pass: insertion into a short sorted list (most logits fall below its
+    // last entry and cost one comparison).
+    const size_t k = std::min(static_cast<size_t>(std::max(top, 0)), logits.size());
+    std::vector<int32_t> best;
+    best.reserve(k + 1);
+    auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    for (int32_t id = 0; k > 0 && id < static_cast<int32_t>(logits.size()); ++id) {
+        if (best.size() == k && !better(id, best.back())) continue;
+        best.insert(std::upper_bound(best.begin(), best.end(), id, better), id);
+        if (best.size() > k) best.pop_back();
+    }
+    for (int32_t id : best) r.top.push_back({id, lp(id)});
+    return r;
+}
+
 Rng::Rng(uint64_t seed) {
     for (auto& s : s_) s = splitmix64(seed);
 }
@@ -54,6 +82,8 @@ void check_options(const GenerateOptions& o) {
     if (!(o.repeat_penalty > 0) || !std::isfinite(o.repeat_penalty))
         bad("repeat_penalty must be positive (1: off), got " + num(o.repeat_penalty));
     if (!std::isfinite(o.presence_penalty)) bad("presence_penalty must be finite");
+    if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
+        bad("logprobs must be -1 (off) or 0.." + std::to_string(kMaxTopLogprobs) + " alternatives, got " + std::to_string(o.logprobs));
     if (o.penalty_window < 0) bad("penalty_window must be 0 or positive, got " + std::to_string(o.penalty_window));
     for (const auto& s : o.stop)
         if (s.empty()) bad("a stop string is empty");

@@ -25,6 +25,10 @@ private:
 // Throws Error naming the first option out of range.
 void check_options(const GenerateOptions& o);
 
+// Log-softmax of raw next-token logits: the chosen token's log-probability and the `top`
+// likeliest tokens' (best first, ties to the lower id). Sums in double.
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t chosen, int top);
+
 class Sampler {
 public:
     explicit Sampler(const GenerateOptions& o);

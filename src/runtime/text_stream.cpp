@@ -24,9 +24,12 @@ size_t valid_char_len(std::string_view s, size_t i) {
     return n;
 }
 
-// A random or confused model can emit byte tokens that form no character; show U+FFFD for each
-// such byte, so that every piece is valid UTF-8 (a terminal, JSON and the next prompt need it).
-std::string valid_utf8(std::string bytes) {
+// Bytes of an incomplete UTF-8 sequence at the very end are not text: one U+FFFD for them.
+std::string complete_utf8(std::string bytes) { return bytes.empty() ? bytes : std::string(kReplacement); }
+
+}  // namespace
+
+std::string valid_utf8(std::string_view bytes) {
     std::string out;
     for (size_t i = 0; i < bytes.size();) {
         if (const size_t n = valid_char_len(bytes, i)) {
@@ -39,11 +42,6 @@ std::string valid_utf8(std::string bytes) {
     }
     return out;
 }
-
-// Bytes of an incomplete UTF-8 sequence at the very end are not text: one U+FFFD for them.
-std::string complete_utf8(std::string bytes) { return bytes.empty() ? bytes : std::string(kReplacement); }
-
-}  // namespace
 
 TextStream::TextStream(const df::tokenizer::Tokenizer& tok, std::vector<std::string> stop, Part start)
     : tok_(&tok),

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -232,6 +234,77 @@ TEST(Server, CompletionsTakeARawPromptWithControlTokens) {
     EXPECT_EQ(text, want.text);
 }
 
+// Log-probabilities as OpenAI's clients read them, against the library's own: chat (whole and
+// streamed, where each token's entry rides with the text it produced) and completions. The end
+// token is not reported; the chosen tokens' bytes add up to the answer.
+TEST(Server, LogprobsAreTheLibrarysInOpenAIsShapes) {
+    const char* name = "q3_4L_kmix";
+    Running s(name);
+    Json body = chat_body(kConversation, 24);
+    body["logprobs"] = true;
+    body["top_logprobs"] = 3;
+    body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    const Reply whole = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(whole.status, 200) << whole.body.dump();
+
+    diskformer::Session lib(model(name), {.ctx = 512});
+    diskformer::GenerateOptions o;
+    o.max_tokens = 24;
+    o.logprobs = 3;
+    const auto want = diskformer::generate(lib, diskformer::chat_prompt(*model(name), to_messages(kConversation), diskformer::Thinking::off), o);
+    const bool ended = want.stop == diskformer::StopReason::end_token;
+    const size_t n = want.tokens.size() - (ended ? 1 : 0);
+    const Json& content = whole.body["choices"][0]["logprobs"]["content"];
+    ASSERT_TRUE(content.is_array()) << whole.body.dump();
+    ASSERT_EQ(content.size(), n);
+    std::string bytes;
+    for (size_t i = 0; i < n; ++i) {
+        const Json& e = content[i];
+        EXPECT_NEAR(e["logprob"].get<double>(), want.logprobs[i].chosen.logprob, 1e-6);
+        const std::string tok = model(name)->detokenize(std::span(&want.tokens[i], 1));
+        EXPECT_EQ(e["bytes"].size(), tok.size());
+        for (const auto& b : e["bytes"]) bytes.push_back(static_cast<char>(b.get<int>()));
+        ASSERT_EQ(e["top_logprobs"].size(), 3u);
+        for (int k = 0; k < 3; ++k)
+            EXPECT_NEAR(e["top_logprobs"][k]["logprob"].get<double>(), want.logprobs[i].top[k].logprob, 1e-6);
+    }
+    EXPECT_EQ(bytes, want.text) << "thinking off: every reported token is part of the answer";
+
+    const Events e = post_stream(s, "/v1/chat/completions", body);
+    ASSERT_TRUE(e.done);
+    std::vector<double> streamed;
+    for (const auto& ev : e.events) {
+        const Json& c = ev["choices"][0];
+        if (!c.contains("logprobs") || c["logprobs"].is_null()) continue;
+        for (const auto& x : c["logprobs"]["content"]) streamed.push_back(x["logprob"].get<double>());
+    }
+    ASSERT_EQ(streamed.size(), n);
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(streamed[i], content[i]["logprob"].get<double>(), 1e-4);  // the cached prompt's last token re-evaluated alone
+
+    // Completions: parallel arrays; logprobs 0 reports the chosen tokens with no alternatives.
+    const std::string prompt = "<|im_start|>user\nCount to five.<|im_end|>\n<|im_start|>assistant\n";
+    const Reply c = post(s, "/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 12}, {"logprobs", 0}});
+    ASSERT_EQ(c.status, 200) << c.body.dump();
+    const Json& lp = c.body["choices"][0]["logprobs"];
+    ASSERT_TRUE(lp.is_object()) << c.body.dump();
+    const size_t m = lp["tokens"].size();
+    EXPECT_GT(m, 0u);
+    EXPECT_EQ(lp["token_logprobs"].size(), m);
+    EXPECT_EQ(lp["top_logprobs"].size(), m);
+    ASSERT_EQ(lp["text_offset"].size(), m);
+    EXPECT_EQ(lp["text_offset"][0], 0);
+    for (size_t i = 0; i < m; ++i) {
+        EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+        EXPECT_TRUE(lp["top_logprobs"][i].empty());
+        if (i) {
+            EXPECT_GE(lp["text_offset"][i].get<int>(), lp["text_offset"][i - 1].get<int>());
+        }
+    }
+    // Without the field: null, as before.
+    const Reply plain = post(s, "/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 4}});
+    EXPECT_TRUE(plain.body["choices"][0]["logprobs"].is_null());
+}
+
 TEST(Server, AConversationThatComesBackReusesItsSlot) {
     const Json a = chat_body({{"user", "First conversation: tell me about rivers and their sources."}}, 4);
     const Json b = chat_body({{"user", "Second one, quite different: what do bees make?"}}, 4);
@@ -295,7 +368,10 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", "at least 1"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n", "one choice"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop", "empty"},
-        {chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "logprobs", "not supported"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs", "between 0 and 20"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "logprobs set to true"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs", "true or false"},
+        {"/v1/completions", R"({"prompt": "x", "logprobs": -1})", "logprobs", "between 0 and 20"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5})", "frequency_penalty", "presence_penalty"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools", "tool calling"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", "response_format", "text"},
@@ -455,6 +531,44 @@ TEST(OpenAI, ParsesTheFieldsClientsSend) {
     const auto a = ds::parse_chat_request(plain, defaults), b = ds::parse_chat_request(plain, defaults);
     EXPECT_EQ(a.gen.max_tokens, -1);
     EXPECT_NE(a.gen.seed, b.gen.seed);
+    EXPECT_EQ(a.gen.logprobs, -1);
+
+    // Log-probabilities: chat's boolean + count, completions' count.
+    const auto lp = ds::parse_chat_request(Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 4})"), defaults);
+    EXPECT_EQ(lp.gen.logprobs, 4);
+    const auto only = ds::parse_chat_request(Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})"), defaults);
+    EXPECT_EQ(only.gen.logprobs, 0);
+    const auto off = ds::parse_chat_request(Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 0})"), defaults);
+    EXPECT_EQ(off.gen.logprobs, -1);
+    EXPECT_EQ(ds::parse_completion_request(Json::parse(R"({"prompt": "x", "logprobs": 2})"), defaults).gen.logprobs, 2);
+}
+
+// The shapes alone: a token split inside a UTF-8 character is carried as U+FFFD with its exact
+// bytes, a ruled-out token's log-probability is -9999, thinking tokens go under
+// reasoning_content, and completions' offsets run on from the given one.
+TEST(OpenAI, LogprobsShapes) {
+    const ds::TokenText text = [](int32_t id) { return id == 1 ? std::string("\xE4\xBD") : id == 2 ? std::string("ab") : std::string("c"); };
+    std::vector<ds::LogprobToken> toks = {{{{1, -0.5f}, {{1, -0.5f}, {2, -1.5f}}}, diskformer::Part::reasoning},
+                                          {{{2, -INFINITY}, {}}, diskformer::Part::answer}};
+    ds::Request chat;
+    size_t off = 0;
+    const Json j = ds::logprobs_json(chat, toks, text, off);
+    ASSERT_EQ(j["reasoning_content"].size(), 1u);
+    EXPECT_EQ(j["reasoning_content"][0]["token"], "\xEF\xBF\xBD\xEF\xBF\xBD");
+    EXPECT_EQ(j["reasoning_content"][0]["bytes"], Json::array({0xE4, 0xBD}));
+    EXPECT_EQ(j["reasoning_content"][0]["top_logprobs"][1]["token"], "ab");
+    ASSERT_EQ(j["content"].size(), 1u);
+    EXPECT_EQ(j["content"][0]["logprob"], -9999.0);
+    EXPECT_NO_THROW((void)j.dump());
+
+    ds::Request comp;
+    comp.chat = false;
+    off = 10;
+    const Json c = ds::logprobs_json(comp, toks, text, off);
+    EXPECT_EQ(c["text_offset"], Json::array({10, 12}));
+    EXPECT_EQ(off, 14u);
+    EXPECT_EQ(c["top_logprobs"][0]["ab"], -1.5);
+    EXPECT_EQ(c["token_logprobs"][1], -9999.0);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -200,6 +201,78 @@ TEST_P(Generate, TopKOneEqualsGreedy) {
     k1.top_k = 1;
     k1.temperature = 0.8f;
     EXPECT_EQ(dfm::generate(s, prompt, greedy).tokens, dfm::generate(s, prompt, k1).tokens);
+}
+
+// The log-softmax of raw logits in double, as a reference for the generator's log-probabilities.
+std::vector<double> log_softmax(const std::vector<float>& x) {
+    const double mx = *std::max_element(x.begin(), x.end());
+    double sum = 0;
+    for (float v : x) sum += std::exp(v - mx);
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - mx - std::log(sum);
+    return out;
+}
+
+// Each token's log-probability and alternatives are the log-softmax of the raw logits at its
+// position (replayed here by appending the same tokens), whatever the sampling options; asking
+// for them changes no token, and drafting gives way to them.
+TEST_P(Generate, LogprobsAreTheRawLogSoftmaxAndChangeNoToken) {
+    const auto prompt = prompt_of(GetParam());
+    GenerateOptions greedy;
+    greedy.max_tokens = 12;
+    GenerateOptions sampled_hot = sampled(11, 12);
+    sampled_hot.temperature = 1.7f;
+    sampled_hot.repeat_penalty = 1.3f;
+    for (const GenerateOptions& base : {greedy, sampled_hot}) {
+        SCOPED_TRACE(base.temperature > 0 ? "sampled" : "greedy");
+        dfm::Session s(model(GetParam()), {.ctx = 256, .kv_type = dfm::KvType::f32});
+        const auto plain = dfm::generate(s, prompt, base);
+        EXPECT_TRUE(plain.logprobs.empty());
+        GenerateOptions o = base;
+        o.logprobs = 5;
+        o.draft = 4;  // turned off by logprobs
+        std::vector<dfm::TokenLogprobs> streamed;  // copies: a piece's pointer is valid during the call
+        const auto r = dfm::generate(s, prompt, o, [&](const dfm::Piece& p) {
+            ASSERT_TRUE(p.logprobs != nullptr);
+            streamed.push_back(*p.logprobs);
+        });
+        ASSERT_EQ(r.tokens, plain.tokens);
+        ASSERT_EQ(r.logprobs.size(), r.tokens.size());
+        ASSERT_EQ(streamed.size(), r.tokens.size());
+        EXPECT_EQ(r.stats.drafted_tokens, 0);
+
+        dfm::Session replay(model(GetParam()), {.ctx = 256, .kv_type = dfm::KvType::f32});
+        replay.append(prompt);
+        for (size_t i = 0; i < r.tokens.size(); ++i) {
+            SCOPED_TRACE("token " + std::to_string(i));
+            EXPECT_EQ(streamed[i].chosen.token, r.tokens[i]);
+            EXPECT_EQ(streamed[i].chosen.logprob, r.logprobs[i].chosen.logprob);
+            const auto ref = log_softmax(replay.logits());
+            const auto& lp = r.logprobs[i];
+            EXPECT_EQ(lp.chosen.token, r.tokens[i]);
+            EXPECT_NEAR(lp.chosen.logprob, ref[r.tokens[i]], 1e-4);
+            ASSERT_EQ(lp.top.size(), 5u);
+            std::vector<int32_t> order(ref.size());
+            for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int32_t>(k);
+            std::partial_sort(order.begin(), order.begin() + 5, order.end(),
+                              [&](int32_t a, int32_t b) { return ref[a] > ref[b] || (ref[a] == ref[b] && a < b); });
+            for (int k = 0; k < 5; ++k) {
+                EXPECT_EQ(lp.top[k].token, order[k]) << "rank " << k;
+                EXPECT_NEAR(lp.top[k].logprob, ref[order[k]], 1e-4);
+                if (k) {
+                    EXPECT_LE(lp.top[k].logprob, lp.top[k - 1].logprob);
+                }
+            }
+            if (base.temperature == 0) {
+                EXPECT_EQ(lp.top[0].token, r.tokens[i]) << "greedy takes the likeliest";
+            }
+            if (i + 1 < r.tokens.size()) replay.step(r.tokens[i]);
+        }
+    }
+    GenerateOptions bad;
+    bad.logprobs = dfm::kMaxTopLogprobs + 1;
+    dfm::Session s(model(GetParam()), {.ctx = 64});
+    EXPECT_THROW(dfm::generate(s, prompt, bad), dfm::Error);
 }
 
 TEST_P(Generate, PenaltiesChangeGreedyChoice) {
