@@ -3,9 +3,8 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
-
-#include "runtime/text_stream.h"
 
 namespace df::server {
 namespace {
@@ -74,6 +73,59 @@ int top_logprobs(const Json& v, const char* name) {
     if (k < 0 || k > diskformer::kMaxTopLogprobs)
         bad(std::string(name) + " must be between 0 and " + std::to_string(diskformer::kMaxTopLogprobs) + ", got " + std::to_string(k), name);
     return static_cast<int>(k);
+}
+
+// An assistant message's tool_calls: [{"type": "function", "function": {"name", "arguments"}}],
+// arguments a JSON string (as OpenAI sends them) or an object.
+std::vector<diskformer::ToolCall> message_tool_calls(const Json& v, const std::string& at) {
+    if (!v.is_array()) bad(at + " must be an array, got " + kind_of(v), at);
+    std::vector<diskformer::ToolCall> calls;
+    for (size_t k = 0; k < v.size(); ++k) {
+        const std::string here = at + "[" + std::to_string(k) + "]";
+        const Json* fn = v[k].is_object() ? field(v[k], "function") : nullptr;
+        if (!fn || !fn->is_object()) bad(here + ".function must be an object", here + ".function");
+        const Json* name = field(*fn, "name");
+        if (!name || !name->is_string()) bad(here + ".function.name must be a string", here + ".function.name");
+        const Json* args = field(*fn, "arguments");
+        std::string text = "{}";
+        if (args) text = args->is_string() ? args->get<std::string>() : python_json(nlohmann::ordered_json(*args));
+        calls.push_back({name->get<std::string>(), std::move(text)});
+    }
+    return calls;
+}
+
+std::string_view trim(std::string_view s) {
+    const auto ws = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+    while (!s.empty() && ws(s.front())) s.remove_prefix(1);
+    while (!s.empty() && ws(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
+
+// One <tool_call> block's JSON: {"name": string, "arguments": …}.
+std::optional<ParsedToolCall> parse_call(std::string_view inner) {
+    const auto j = nlohmann::ordered_json::parse(inner, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return std::nullopt;
+    const auto name = j.find("name");
+    if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return std::nullopt;
+    ParsedToolCall c{name->get<std::string>(), "{}"};
+    if (const auto args = j.find("arguments"); args != j.end() && !args->is_null())
+        c.arguments = args->is_string() ? args->get<std::string>() : args->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    return c;
+}
+
+Json calls_json(const Meta& meta, const std::vector<ParsedToolCall>& calls, bool indexed) {
+    Json out = Json::array();
+    const std::string base_id = "call_" + meta.id.substr(meta.id.find('-') + 1) + "_";
+    for (size_t k = 0; k < calls.size(); ++k) {
+        Json c = {{"id", base_id + std::to_string(k)},
+                  {"type", "function"},
+                  {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+        if (indexed) c["index"] = k;
+        out.push_back(std::move(c));
+    }
+    return out;
 }
 
 // OpenAI writes a log-probability of -inf as -9999.
@@ -205,7 +257,7 @@ Json parse_body(std::string_view text) {
     return body;
 }
 
-Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& defaults) {
+Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& defaults, const nlohmann::ordered_json* ordered) {
     Request r;
     r.chat = true;
     const Json* msgs = field(body, "messages");
@@ -223,8 +275,7 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
             bad(at + ".role must be system, developer, user, assistant or tool, got \"" + r_role + "\"", at + ".role");
         diskformer::ChatMessage cm{r_role, text_content(m.contains("content") ? m["content"] : Json(), i), {}};
         if (r_role == "assistant") {
-            if (const Json* tc = field(m, "tool_calls"))
-                refuse_unless(tc->is_array() && tc->empty(), (at + ".tool_calls").c_str(), "tool calls are not supported");
+            if (const Json* tc = field(m, "tool_calls")) cm.tool_calls = message_tool_calls(*tc, at + ".tool_calls");
             if (const Json* rc = field(m, "reasoning_content")) {
                 if (!rc->is_string()) bad(at + ".reasoning_content must be a string", at + ".reasoning_content");
                 cm.reasoning = rc->get<std::string>();
@@ -233,8 +284,28 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
         r.messages.push_back(std::move(cm));
     }
     parse_common(body, r, defaults);
-    if (const Json* v = field(body, "tools")) refuse_unless(v->is_array() && v->empty(), "tools", "tool calling is not supported");
-    if (const Json* v = field(body, "tool_choice")) refuse_unless(*v == "none" || *v == "auto", "tool_choice", "tool calling is not supported");
+    if (const Json* v = field(body, "tools")) {
+        if (!v->is_array()) bad(std::string("tools must be an array, got ") + kind_of(*v), "tools");
+        const nlohmann::ordered_json* ov = ordered && ordered->is_object() && ordered->contains("tools") ? &(*ordered)["tools"] : nullptr;
+        for (size_t i = 0; i < v->size(); ++i) {
+            const Json& t = (*v)[i];
+            const std::string at = "tools[" + std::to_string(i) + "]";
+            if (!t.is_object()) bad(at + " must be an object", at);
+            if (const Json* type = field(t, "type"); !type || *type != "function")
+                bad(at + ".type must be \"function\"", at + ".type");
+            const Json* fn = field(t, "function");
+            if (!fn || !fn->is_object()) bad(at + ".function must be an object", at + ".function");
+            const Json* name = field(*fn, "name");
+            if (!name || !name->is_string() || name->get_ref<const std::string&>().empty())
+                bad(at + ".function.name must be a non-empty string", at + ".function.name");
+            r.tools.push_back(python_json(ov && ov->is_array() && i < ov->size() ? (*ov)[i] : nlohmann::ordered_json(t)));
+        }
+    }
+    if (const Json* v = field(body, "tool_choice")) {
+        refuse_unless(*v == "none" || *v == "auto", "tool_choice", "only \"auto\" and \"none\" are supported");
+        if (*v == "none") r.tools.clear();  // the model is not told of them, so it cannot call them
+    }
+    if (const Json* v = field(body, "parallel_tool_calls")) (void)boolean(*v, "parallel_tool_calls");  // Qwen may call several
     bool logprobs = false;
     if (const Json* v = field(body, "logprobs")) logprobs = boolean(*v, "logprobs");
     int top = 0;
@@ -297,6 +368,84 @@ Json timings_json(const diskformer::GenerateStats& s) {
             {"ttft_ms", s.ttft_ms}};
 }
 
+std::string python_json(const nlohmann::ordered_json& v) {
+    using OJ = nlohmann::ordered_json;
+    auto scalar = [](const OJ& x) { return x.dump(-1, ' ', false, OJ::error_handler_t::replace); };
+    if (v.is_object()) {
+        std::string out = "{";
+        for (auto it = v.begin(); it != v.end(); ++it) {
+            if (it != v.begin()) out += ", ";
+            out += scalar(OJ(it.key())) + ": " + python_json(it.value());
+        }
+        return out + "}";
+    }
+    if (v.is_array()) {
+        std::string out = "[";
+        for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + python_json(v[i]);
+        return out + "]";
+    }
+    return scalar(v);
+}
+
+ToolCallText parse_tool_calls(std::string_view text) {
+    ToolCallText r;
+    std::string content;
+    size_t pos = 0;
+    for (;;) {
+        const size_t open = text.find(kCallOpen, pos);
+        if (open == std::string_view::npos) {
+            content += text.substr(pos);
+            break;
+        }
+        const size_t body = open + kCallOpen.size(), close = text.find(kCallClose, body);
+        const size_t end = close == std::string_view::npos ? text.size() : close + kCallClose.size();
+        if (auto call = parse_call(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body))) {
+            content += text.substr(pos, open - pos);
+            r.calls.push_back(std::move(*call));
+        } else {
+            content += text.substr(pos, end - pos);
+        }
+        pos = end;
+    }
+    r.content = std::string(trim(content));
+    return r;
+}
+
+std::string ToolCallStream::push(std::string_view text) {
+    held_ += text;
+    if (in_call_) return {};
+    if (const size_t open = held_.find(kCallOpen); open != std::string::npos) {
+        std::string out = held_.substr(0, open);
+        held_.erase(0, open);
+        in_call_ = true;
+        // Whitespace before a call is not content (parse_tool_calls trims it).
+        while (!out.empty() && trim(std::string_view(&out.back(), 1)).empty()) {
+            held_.insert(held_.begin(), out.back());
+            out.pop_back();
+        }
+        return out;
+    }
+    // Hold back a tail that may still become "<tool_call>", and trailing whitespace.
+    size_t keep = 0;
+    for (size_t k = std::min(held_.size(), kCallOpen.size() - 1); k > 0; --k)
+        if (held_.compare(held_.size() - k, k, kCallOpen, 0, k) == 0) {
+            keep = k;
+            break;
+        }
+    while (keep < held_.size() && trim(std::string_view(&held_[held_.size() - keep - 1], 1)).empty()) ++keep;
+    std::string out = held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return out;
+}
+
+ToolCallText ToolCallStream::finish() {
+    ToolCallText t = parse_tool_calls(held_);
+    if (t.calls.empty()) t.content = held_;  // no call after all: the held text as it was
+    held_.clear();
+    in_call_ = false;
+    return t;
+}
+
 Json logprobs_json(const Request& req, std::span<const LogprobToken> tokens, const TokenText& text, size_t& offset) {
     if (req.chat) {
         auto entry = [&](const diskformer::TokenLogprob& t) {
@@ -334,6 +483,13 @@ Json response_json(const Request& req, const Meta& meta, const diskformer::Gener
     Json choice = {{"index", 0}, {"finish_reason", finish_reason(res.stop)}};
     if (req.chat) {
         Json msg = {{"role", "assistant"}, {"content", res.text}};
+        if (!req.tools.empty()) {
+            if (ToolCallText t = parse_tool_calls(res.text); !t.calls.empty()) {
+                msg["content"] = t.content.empty() ? Json(nullptr) : Json(t.content);
+                msg["tool_calls"] = calls_json(meta, t.calls, false);
+                choice["finish_reason"] = "tool_calls";
+            }
+        }
         if (!res.reasoning.empty()) msg["reasoning_content"] = res.reasoning;
         choice["message"] = std::move(msg);
     } else {
@@ -372,8 +528,15 @@ Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, di
     return out;
 }
 
-Json finish_chunk(const Request& req, const Meta& meta, StopReason reason) {
-    Json choice = {{"index", 0}, {"finish_reason", finish_reason(reason)}};
+Json tool_calls_chunk(const Request& req, const Meta& meta, const std::vector<ParsedToolCall>& calls) {
+    Json choice = {{"index", 0}, {"finish_reason", nullptr}, {"delta", {{"tool_calls", calls_json(meta, calls, true)}}}};
+    Json out = base(meta, chunk_object(req));
+    out["choices"] = Json::array({std::move(choice)});
+    return out;
+}
+
+Json finish_chunk(const Request& req, const Meta& meta, StopReason reason, bool tool_calls) {
+    Json choice = {{"index", 0}, {"finish_reason", tool_calls ? "tool_calls" : finish_reason(reason)}};
     if (req.chat)
         choice["delta"] = Json::object();
     else

@@ -37,6 +37,9 @@ struct Request {
     diskformer::GenerateOptions gen;                // `abort` is the server's to set
     bool stream = false;
     bool include_usage = false;                     // stream_options.include_usage
+    // Chat: the functions the model may call (`tools`, unless tool_choice is "none"), each as the
+    // chat template's tojson prints it; the answer's <tool_call> blocks become tool_calls.
+    std::vector<std::string> tools;
 };
 
 // A body that is not a JSON object is an ApiError (400).
@@ -44,13 +47,45 @@ Json parse_body(std::string_view text);
 
 // Fields a request leaves out take `defaults` (the server's sampling options); a sampled request
 // without a seed gets a fresh one. Unsupported features that would change the answer (n > 1,
-// tools, JSON mode, frequency_penalty) are refused rather than ignored. Log-probabilities (chat:
-// logprobs + top_logprobs, completions: logprobs) set gen.logprobs, up to 20 alternatives.
-Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& defaults);
+// tool_choice "required" or a named function, JSON mode, frequency_penalty) are refused rather
+// than ignored. Log-probabilities (chat: logprobs + top_logprobs, completions: logprobs) set
+// gen.logprobs, up to 20 alternatives. `ordered`: the same body parsed with its keys in the
+// client's order, from which the tools' JSON is printed (else from body, keys sorted).
+Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& defaults,
+                           const nlohmann::ordered_json* ordered = nullptr);
 Request parse_completion_request(const Json& body, const diskformer::GenerateOptions& defaults);
 
 // "stop" for an end token or stop string, "length" for max_tokens or a full context.
 const char* finish_reason(diskformer::StopReason reason);
+
+// JSON text as Python's json.dumps prints it (", " and ": " separators, non-ASCII as is), which
+// is what a chat template's tojson gives: the form the model saw in training.
+std::string python_json(const nlohmann::ordered_json& v);
+
+// An answer's function calls: Qwen writes each as <tool_call>{"name": …, "arguments": …}
+// </tool_call> in its text. Blocks whose JSON does not parse (or has no string "name") stay in
+// the content; a last block cut off by the end of the text is parsed too.
+struct ParsedToolCall {
+    std::string name;
+    std::string arguments;  // JSON text (compact), "{}" when the model gave none
+};
+struct ToolCallText {
+    std::string content;  // the text outside the parsed blocks, whitespace trimmed at both ends
+    std::vector<ParsedToolCall> calls;
+};
+ToolCallText parse_tool_calls(std::string_view text);
+
+// The same for a stream: push() returns the answer text that can go out now (everything before
+// a "<tool_call>", holding back a tail that may still become one); finish() parses what was held.
+class ToolCallStream {
+public:
+    std::string push(std::string_view text);
+    ToolCallText finish();
+
+private:
+    std::string held_;
+    bool in_call_ = false;
+};
 
 // What every answer and chunk of one request repeats.
 struct Meta {
@@ -88,7 +123,9 @@ Json response_json(const Request& req, const Meta& meta, const diskformer::Gener
 Json open_chunk(const Request& req, const Meta& meta);
 Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part,
                  const Json& logprobs = nullptr);
-Json finish_chunk(const Request& req, const Meta& meta, diskformer::StopReason reason);
+Json finish_chunk(const Request& req, const Meta& meta, diskformer::StopReason reason, bool tool_calls = false);
+// The answer's function calls as one delta (OpenAI's tool_calls with index, id, type, function).
+Json tool_calls_chunk(const Request& req, const Meta& meta, const std::vector<ParsedToolCall>& calls);
 Json usage_chunk(const Request& req, const Meta& meta, const diskformer::GenerateStats& stats);
 
 // One server-sent event: "data: <json>\n\n".

@@ -94,7 +94,7 @@ struct Server::Impl {
     std::vector<int32_t> prompt_tokens(const Request& r) const {
         std::vector<int32_t> ids;
         try {
-            ids = r.chat ? diskformer::chat_prompt(*model, r.messages, r.thinking) : model->tokenize(r.prompt, true);
+            ids = r.chat ? diskformer::chat_prompt(*model, r.messages, r.thinking, true, r.tools) : model->tokenize(r.prompt, true);
         } catch (const Error& e) {
             throw ApiError(400, e.what(), r.chat ? "messages" : "prompt");
         }
@@ -178,7 +178,10 @@ struct Server::Impl {
         const char* path = chat ? "/v1/chat/completions" : "/v1/completions";
         try {
             const Json body = parse_body(http_req.body);
-            auto r = std::make_shared<Request>(chat ? parse_chat_request(body, opt.defaults)
+            // Tools are printed into the prompt with their keys in the client's order.
+            nlohmann::ordered_json ordered;
+            if (chat && body.contains("tools")) ordered = nlohmann::ordered_json::parse(http_req.body, nullptr, false);
+            auto r = std::make_shared<Request>(chat ? parse_chat_request(body, opt.defaults, &ordered)
                                                     : parse_completion_request(body, opt.defaults));
             auto prompt = std::make_shared<std::vector<int32_t>>(prompt_tokens(*r));
             const Meta m = meta(*r);
@@ -225,9 +228,11 @@ struct Server::Impl {
         send(open_chunk(r, m));
         try {
             Logprobs lp{r, *this, {}};
+            ToolCallStream calls;  // with tools, answer text from a <tool_call> on is held back
             const GenerateResult g = generate(r, prompt, abort, [&](const diskformer::Piece& p) {
                 if (!p.last) lp.add(p);
-                if (!p.text.empty()) send(piece_chunk(r, m, p.text, p.part, lp.take()));
+                const std::string text = !r.tools.empty() && p.part == diskformer::Part::answer ? calls.push(p.text) : std::string(p.text);
+                if (!text.empty()) send(piece_chunk(r, m, text, p.part, lp.take()));
                 if (p.last) lp.add(p);  // an end token or not: finish() decides
             });
             if (g.stop == diskformer::StopReason::aborted) {
@@ -238,8 +243,11 @@ struct Server::Impl {
                 if (stopping) send(ApiError(503, "the server is shutting down").body());
             } else {
                 ++served;
-                if (Json rest = lp.finish(g); !rest.is_null()) send(piece_chunk(r, m, "", diskformer::Part::answer, rest));
-                send(finish_chunk(r, m, g.stop));
+                const ToolCallText held = calls.finish();
+                Json rest = lp.finish(g);
+                if (!held.content.empty() || !rest.is_null()) send(piece_chunk(r, m, held.content, diskformer::Part::answer, rest));
+                if (!held.calls.empty()) send(tool_calls_chunk(r, m, held.calls));
+                send(finish_chunk(r, m, g.stop, !held.calls.empty()));
                 if (r.include_usage) send(usage_chunk(r, m, g.stats));
                 log(summary(r, g));
             }

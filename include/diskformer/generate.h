@@ -51,6 +51,11 @@ struct GenerateOptions {
     const std::atomic<bool>* abort = nullptr;
 };
 
+// Bytes as valid UTF-8 (RFC 3629): each byte that does not belong to a valid character becomes
+// U+FFFD. A token can hold part of a character (and a random or confused model can emit bytes
+// that form none); a terminal, JSON and the next prompt need text.
+std::string valid_utf8(std::string_view bytes);
+
 inline constexpr int kMaxTopLogprobs = 20;
 
 struct TokenLogprob {
@@ -136,10 +141,18 @@ struct ChatOptions {
     bool keep_reasoning = true;
 };
 
+// A function call an assistant turn made (OpenAI's tool_calls): the function's name and its
+// arguments as JSON text.
+struct ToolCall {
+    std::string name;
+    std::string arguments;
+};
+
 struct ChatMessage {
-    std::string role;       // "system", "user" or "assistant"
+    std::string role;       // "system", "user", "assistant" or "tool" (a function's result)
     std::string content;
     std::string reasoning;  // assistant thinking, when there was any
+    std::vector<ToolCall> tool_calls = {};  // assistant: the calls it made, after its content
 };
 
 // The tokens of a whole conversation in Qwen's chat format (as the model's own template renders
@@ -147,9 +160,14 @@ struct ChatMessage {
 // mode. Roles: "system" (first message only), "user", "assistant", "tool". An assistant
 // message's reasoning (or a "<think>…</think>" block at the start of its content) is dropped
 // before the last user message, as Qwen's template does. Message text is never parsed for
-// control tokens. Throws Error for an unknown role or a model without Qwen's chat tokens.
+// control tokens. Tools: function signatures the model may call, each as JSON text the way the
+// template's `tojson` prints it (", " and ": " separators), listed in the system turn with
+// Qwen's instructions; the model then answers calls as <tool_call>{"name": …, "arguments": …}
+// </tool_call> blocks in its text. Throws Error for an unknown role or a model without Qwen's
+// chat tokens.
 std::vector<int32_t> chat_prompt(const Model& model, std::span<const ChatMessage> messages,
-                                 Thinking thinking = Thinking::automatic, bool add_generation_prompt = true);
+                                 Thinking thinking = Thinking::automatic, bool add_generation_prompt = true,
+                                 std::span<const std::string> tools = {});
 
 class Chat {
 public:

@@ -46,16 +46,19 @@ void require_chat_tokens(const tk::Tokenizer& tok) {
 }  // namespace
 
 std::vector<int32_t> chat_prompt(const Model& model, std::span<const ChatMessage> messages, Thinking thinking,
-                                 bool add_generation_prompt) {
+                                 bool add_generation_prompt, std::span<const std::string> tools) {
     const auto& mi = model.impl();
     if (!mi.tokenizer) throw Error("this model has no usable tokenizer: " + mi.tokenizer_error);
     require_chat_tokens(*mi.tokenizer);
     tk::ChatOptions o = render_options(model, thinking);
     o.add_generation_prompt = add_generation_prompt;
+    o.tools.assign(tools.begin(), tools.end());
     std::vector<tk::ChatMessage> msgs;
     msgs.reserve(messages.size());
-    for (const auto& m : messages)
+    for (const auto& m : messages) {
         msgs.push_back({m.role, m.content, m.reasoning.empty() ? std::nullopt : std::optional<std::string>(m.reasoning)});
+        for (const auto& c : m.tool_calls) msgs.back().tool_calls.push_back({c.name, c.arguments});
+    }
     return encode(*mi.tokenizer, std::move(msgs), o);
 }
 

@@ -13,11 +13,6 @@
 
 namespace diskformer {
 
-// Bytes as valid UTF-8 (RFC 3629): each byte that does not belong to a valid character becomes
-// U+FFFD. A random or confused model can emit byte tokens that form no character; a terminal,
-// JSON and the next prompt need text.
-std::string valid_utf8(std::string_view bytes);
-
 class TextStream {
 public:
     // tok must outlive the stream. start: the part the first token belongs to.

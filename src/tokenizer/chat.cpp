@@ -72,7 +72,33 @@ void render_assistant(Builder& b, const ChatMessage& m, bool keep_thinking, bool
         b.markup("<|im_start|>assistant\n");
         b.content(content);
     }
+    for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        if (k > 0 || !content.empty()) b.markup("\n");
+        b.markup("<tool_call>\n{\"name\": \"");
+        b.content(m.tool_calls[k].name);
+        b.markup("\", \"arguments\": ");
+        b.content(m.tool_calls[k].arguments);
+        b.markup("}\n</tool_call>");
+    }
     b.markup("<|im_end|>\n");
+}
+
+// Qwen3's system turn with tools: the system message, the signatures, how to call.
+void render_tools(Builder& b, const std::vector<std::string>& tools, const ChatMessage* system) {
+    b.markup("<|im_start|>system\n");
+    if (system) {
+        b.content(system->content);
+        b.markup("\n\n");
+    }
+    b.markup("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+             "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+    for (const auto& t : tools) {
+        b.markup("\n");
+        b.content(t);
+    }
+    b.markup("\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+             "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+             "<args-json-object>}\n</tool_call><|im_end|>\n");
 }
 
 }  // namespace
@@ -80,7 +106,13 @@ void render_assistant(Builder& b, const ChatMessage& m, bool keep_thinking, bool
 std::vector<ChatSegment> render_chat(std::span<const ChatMessage> msgs, const ChatOptions& opt) {
     Builder b;
     const size_t last_query = last_query_index(msgs);
-    for (size_t i = 0; i < msgs.size(); ++i) {
+    size_t first = 0;  // with tools, a leading system message is part of the tools' turn
+    if (!opt.tools.empty()) {
+        const bool system = !msgs.empty() && msgs[0].role == "system";
+        render_tools(b, opt.tools, system ? &msgs[0] : nullptr);
+        first = system ? 1 : 0;
+    }
+    for (size_t i = first; i < msgs.size(); ++i) {
         const ChatMessage& m = msgs[i];
         if (m.role == "system" || m.role == "user") {
             b.markup("<|im_start|>" + m.role + "\n");

@@ -18,12 +18,20 @@
 
 namespace df::tokenizer {
 
+// A function call an assistant turn made: its name and its arguments as JSON text (printed as
+// they are, as the template prints a string).
+struct ToolCall {
+    std::string name;
+    std::string arguments;
+};
+
 struct ChatMessage {
     std::string role;     // "system", "user", "assistant" or "tool"
     std::string content;
     // Assistant only: the thinking, when given apart from content. Otherwise a
     // "<think>…</think>" block at the start of content is taken as the thinking.
     std::optional<std::string> reasoning;
+    std::vector<ToolCall> tool_calls = {};  // assistant only: <tool_call> blocks after the content
 };
 
 enum class Thinking {
@@ -35,6 +43,10 @@ enum class Thinking {
 struct ChatOptions {
     bool add_generation_prompt = true;
     Thinking thinking = Thinking::on;
+    // Function signatures the model may call, each as the template's `tojson` prints it (Python's
+    // json.dumps: ", " and ": " separators, keys in the client's order, non-ASCII as is): listed
+    // in the system turn, after the system message, with Qwen's instructions for <tool_call>.
+    std::vector<std::string> tools = {};
 };
 
 struct ChatSegment {
@@ -42,8 +54,9 @@ struct ChatSegment {
     bool parse_special = false;  // true for template markup, false for message content
 };
 
-// Renders messages. A leading system message becomes the system turn; earlier assistant turns
-// (before the last user message) lose their thinking, later ones (tool-call steps) keep it.
+// Renders messages. A leading system message becomes the system turn (with the tools, when
+// there are any); earlier assistant turns (before the last user message) lose their thinking,
+// later ones (tool-call steps) keep it.
 // Throws Error for a role other than the four above.
 std::vector<ChatSegment> render_chat(std::span<const ChatMessage> messages,
                                      const ChatOptions& options = {});

@@ -305,6 +305,31 @@ TEST(Server, LogprobsAreTheLibrarysInOpenAIsShapes) {
     EXPECT_TRUE(plain.body["choices"][0]["logprobs"].is_null());
 }
 
+// A request with tools: the prompt lists them in the client's key order, as the library renders
+// them (the random model calls nothing, so the answer is plain text, whole and streamed alike).
+TEST(Server, ToolsGoIntoThePromptInTheClientsOrder) {
+    const char* name = "q3_4L_kmix";
+    Running s(name);
+    const std::string weather = R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})";
+    const std::string body = R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 8, "tools": [)" + weather + "]}";
+    const Reply r = post(s, "/v1/chat/completions", body, {});
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const std::vector<std::string> tools = {weather};
+    const auto msgs = to_messages({{"user", "Weather in Paris?"}});
+    EXPECT_EQ(r.body["usage"]["prompt_tokens"], diskformer::chat_prompt(*model(name), msgs, diskformer::Thinking::automatic, true, tools).size());
+    EXPECT_GT(r.body["usage"]["prompt_tokens"].get<size_t>(), diskformer::chat_prompt(*model(name), msgs).size() + 40);
+    // tool_choice "none": the model is not told of them.
+    Json none = Json::parse(body);
+    none["tool_choice"] = "none";
+    const Reply n = post(s, "/v1/chat/completions", none);
+    EXPECT_EQ(n.body["usage"]["prompt_tokens"], diskformer::chat_prompt(*model(name), msgs).size());
+    const Events e = post_stream(s, "/v1/chat/completions", Json::parse(body));
+    ASSERT_TRUE(e.done);
+    std::string content;
+    for (const auto& ev : e.events) content += ev["choices"][0]["delta"].value("content", "");
+    EXPECT_EQ(content, r.body["choices"][0]["message"]["content"]);
+}
+
 TEST(Server, AConversationThatComesBackReusesItsSlot) {
     const Json a = chat_body({{"user", "First conversation: tell me about rivers and their sources."}}, 4);
     const Json b = chat_body({{"user", "Second one, quite different: what do bees make?"}}, 4);
@@ -373,7 +398,9 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs", "true or false"},
         {"/v1/completions", R"({"prompt": "x", "logprobs": -1})", "logprobs", "between 0 and 20"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5})", "frequency_penalty", "presence_penalty"},
-        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools", "tool calling"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0].function", "must be an object"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", "tool_choice", "\"auto\" and \"none\""},
+        {chat, R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}]})", "messages[0].tool_calls[0].function.name", "string"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", "response_format", "text"},
         {chat, Json{{"messages", {{{"role", "user"}, {"content", long_text}}}}}.dump(), "messages", "context holds 64"},
         {"/v1/completions", R"({"max_tokens": 3})", "prompt", "required"},
@@ -541,6 +568,91 @@ TEST(OpenAI, ParsesTheFieldsClientsSend) {
     const auto off = ds::parse_chat_request(Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 0})"), defaults);
     EXPECT_EQ(off.gen.logprobs, -1);
     EXPECT_EQ(ds::parse_completion_request(Json::parse(R"({"prompt": "x", "logprobs": 2})"), defaults).gen.logprobs, 2);
+}
+
+// Tools and tool calls in requests: the signatures printed as the template's tojson does (from
+// the client-ordered body when given), an assistant turn's calls, tool_choice "none".
+TEST(OpenAI, ParsesToolsAndToolCalls) {
+    const std::string text = R"({"messages": [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+            {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": {"tz": "CET", "h": 1.5}}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Wetter — \"jetzt\"", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+        "parallel_tool_calls": true})";
+    const Json body = Json::parse(text);
+    const auto ordered = nlohmann::ordered_json::parse(text);
+    const auto r = ds::parse_chat_request(body, {}, &ordered);
+    ASSERT_EQ(r.tools.size(), 1u);
+    EXPECT_EQ(r.tools[0], R"({"type": "function", "function": {"name": "get_weather", "description": "Wetter — \"jetzt\"", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})");
+    // Without the ordered body the keys come sorted (still valid, not the client's order).
+    EXPECT_EQ(ds::parse_chat_request(body, {}).tools[0].rfind(R"({"function": {"description")", 0), 0u);
+    ASSERT_EQ(r.messages[1].tool_calls.size(), 2u);
+    EXPECT_EQ(r.messages[1].content, "");
+    EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+    EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city": "Paris"})");
+    EXPECT_EQ(r.messages[1].tool_calls[1].arguments, R"({"h": 1.5, "tz": "CET"})");
+    EXPECT_EQ(r.messages[2].role, "tool");
+    Json none = body;
+    none["tool_choice"] = "none";
+    EXPECT_TRUE(ds::parse_chat_request(none, {}).tools.empty());
+}
+
+// The model's <tool_call> blocks: parsed into calls (arguments as compact JSON in the model's
+// order), the rest trimmed into content; a block that is not a call stays text; a last block
+// cut off by the end is parsed; a stream holds back from the first "<tool_call>" (and a tail
+// that may become one) and gives the same calls at the end.
+TEST(OpenAI, ToolCallsFromTheAnswer) {
+    const std::string answer = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n"
+                               "<tool_call>\n{\"name\": \"get_time\"}\n</tool_call>";
+    const auto t = ds::parse_tool_calls(answer);
+    ASSERT_EQ(t.calls.size(), 2u);
+    EXPECT_EQ(t.calls[0].name, "get_weather");
+    EXPECT_EQ(t.calls[0].arguments, R"({"city":"Paris","days":2})");
+    EXPECT_EQ(t.calls[1].arguments, "{}");
+    EXPECT_EQ(t.content, "Let me check.");
+    const auto broken = ds::parse_tool_calls("a <tool_call>not json</tool_call> b");
+    EXPECT_TRUE(broken.calls.empty());
+    EXPECT_EQ(broken.content, "a <tool_call>not json</tool_call> b");
+    const auto cut = ds::parse_tool_calls("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n");
+    ASSERT_EQ(cut.calls.size(), 1u);
+    EXPECT_EQ(cut.content, "");
+
+    for (size_t step : {1, 3, 7, 1000}) {
+        SCOPED_TRACE("pieces of " + std::to_string(step));
+        ds::ToolCallStream st;
+        std::string sent;
+        for (size_t i = 0; i < answer.size(); i += step) sent += st.push(std::string_view(answer).substr(i, step));
+        const auto end = st.finish();
+        EXPECT_EQ(sent, "Let me check.");
+        EXPECT_EQ(end.content, "");
+        ASSERT_EQ(end.calls.size(), 2u);
+        EXPECT_EQ(end.calls[1].name, "get_time");
+    }
+    ds::ToolCallStream plain;
+    std::string sent = plain.push("if a <");
+    sent += plain.push(" b then <tool");
+    const auto end = plain.finish();
+    EXPECT_EQ(sent + end.content, "if a < b then <tool");
+    EXPECT_TRUE(end.calls.empty());
+
+    // The answer's shape: content null, tool_calls with ids, finish_reason "tool_calls".
+    ds::Request req;
+    req.tools = {"{}"};
+    diskformer::GenerateResult res;
+    res.text = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+    const Json j = ds::response_json(req, {"chatcmpl-00ab", "m", 1}, res);
+    const Json& c = j["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls");
+    EXPECT_TRUE(c["message"]["content"].is_null());
+    EXPECT_EQ(c["message"]["tool_calls"][0]["id"], "call_00ab_0");
+    EXPECT_EQ(c["message"]["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_time");
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["arguments"], "{}");
+    const Json d = ds::tool_calls_chunk(req, {"chatcmpl-00ab", "m", 1}, ds::parse_tool_calls(res.text).calls);
+    EXPECT_EQ(d["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
+    EXPECT_EQ(ds::finish_chunk(req, {"chatcmpl-00ab", "m", 1}, diskformer::StopReason::end_token, true)["choices"][0]["finish_reason"], "tool_calls");
 }
 
 // The shapes alone: a token split inside a UTF-8 character is carried as U+FFFD with its exact

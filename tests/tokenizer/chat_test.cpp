@@ -57,6 +57,129 @@ TEST(TokenizerChat, ExplicitReasoningAndToolSteps) {
     EXPECT_THROW(render_chat(msgs), Error);
 }
 
+// Tools in the system turn (after the system message), assistant turns that called functions
+// (with thinking kept after the last query, with content and several calls before it), tool
+// results: the expected strings are what Qwen3's template (synth_vocab.cpp's copy) prints
+// through @huggingface/jinja 0.5.11 for the same messages.
+TEST(TokenizerChat, ToolsAndToolCallsAsTheTemplatePrintsThem) {
+    const std::string weather = "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Current weather — in °C\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"City \\\"name\\\"\"}}, \"required\": [\"city\"]}}}";
+    const std::string time = "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}}";
+    ChatOptions off{true, Thinking::off, {weather, time}};
+    const std::vector<ChatMessage> a = {{"system", "Be brief.", std::nullopt, {}}, {"user", "Weather in Paris?", std::nullopt, {}}};
+    EXPECT_EQ(chat_text(render_chat(a, off)),
+        "<|im_start|>system\n"
+        "Be brief.\n"
+        "\n"
+        "# Tools\n"
+        "\n"
+        "You may call one or more functions to assist with the user query.\n"
+        "\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        "<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Current weather — in °C\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"City \\\"name\\\"\"}}, \"required\": [\"city\"]}}}\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}}\n"
+        "</tools>\n"
+        "\n"
+        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+        "<tool_call>\n"
+        "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n"
+        "Weather in Paris?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "<think>\n"
+        "\n"
+        "</think>\n"
+        "\n");
+
+    ChatOptions unset{true, Thinking::unset, {weather}};
+    const std::vector<ChatMessage> b = {
+        {"user", "Weather in Paris?", std::nullopt, {}},
+        {"assistant", "", std::string("I should call get_weather."), {{"get_weather", "{\"city\": \"Paris\"}"}}},
+        {"tool", "{\"temp\": 21}", std::nullopt, {}},
+    };
+    EXPECT_EQ(chat_text(render_chat(b, unset)),
+        "<|im_start|>system\n"
+        "# Tools\n"
+        "\n"
+        "You may call one or more functions to assist with the user query.\n"
+        "\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        "<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Current weather — in °C\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"City \\\"name\\\"\"}}, \"required\": [\"city\"]}}}\n"
+        "</tools>\n"
+        "\n"
+        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+        "<tool_call>\n"
+        "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n"
+        "Weather in Paris?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "<think>\n"
+        "I should call get_weather.\n"
+        "</think>\n"
+        "\n"
+        "<tool_call>\n"
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n"
+        "<tool_response>\n"
+        "{\"temp\": 21}\n"
+        "</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n");
+
+    unset.tools = {time};
+    const std::vector<ChatMessage> c = {
+        {"user", "Both?", std::nullopt, {}},
+        {"assistant", "Checking.", std::nullopt, {{"get_weather", "{\"city\":\"Rome\"}"}, {"get_time", "{}"}}},
+        {"tool", "sunny", std::nullopt, {}},
+        {"tool", "noon", std::nullopt, {}},
+        {"assistant", "Sunny at noon.", std::nullopt, {}},
+        {"user", "Thanks", std::nullopt, {}},
+    };
+    EXPECT_EQ(chat_text(render_chat(c, unset)),
+        "<|im_start|>system\n"
+        "# Tools\n"
+        "\n"
+        "You may call one or more functions to assist with the user query.\n"
+        "\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        "<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}}\n"
+        "</tools>\n"
+        "\n"
+        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+        "<tool_call>\n"
+        "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n"
+        "Both?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "Checking.\n"
+        "<tool_call>\n"
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Rome\"}}\n"
+        "</tool_call>\n"
+        "<tool_call>\n"
+        "{\"name\": \"get_time\", \"arguments\": {}}\n"
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n"
+        "<tool_response>\n"
+        "sunny\n"
+        "</tool_response>\n"
+        "<tool_response>\n"
+        "noon\n"
+        "</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "Sunny at noon.<|im_end|>\n"
+        "<|im_start|>user\n"
+        "Thanks<|im_end|>\n"
+        "<|im_start|>assistant\n");
+    // The signatures are content: a control token written in one is text.
+    const auto segs = render_chat(a, off);
+    EXPECT_TRUE(std::any_of(segs.begin(), segs.end(), [&](const ChatSegment& s) { return !s.parse_special && s.text.find("get_weather") != std::string::npos; }));
+}
+
 TEST(TokenizerChat, LastAssistantTurnGetsThinkingBlock) {
     // A final assistant message after the last query (a prefill) always shows its think block.
     const std::vector<ChatMessage> msgs = {{"user", "Q", std::nullopt},
