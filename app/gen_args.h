@@ -50,7 +50,7 @@ struct SamplingArgs {
 struct GenArgs {
     SamplingArgs sampling;
     std::string system;
-    bool think = false, no_think = false, hide_think = false;
+    bool think = false, no_think = false, hide_think = false, json = false;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
 
@@ -63,6 +63,7 @@ struct GenArgs {
         cmd.add_flag("--hide-think", hide_think, "do not show the thinking, only the answer");
         cmd.add_option("--seed", seed, "sampling seed (default: random, printed with the stats)");
         cmd.add_option("--stop", stop, "stop before this text (repeatable)");
+        cmd.add_flag("--json", json, "answer with one JSON object (tokens that would break JSON are never chosen)");
     }
 
     diskformer::Thinking thinking() const {
@@ -76,6 +77,7 @@ struct GenArgs {
         sampling.apply(o);
         o.stop = stop;
         o.seed = *seed;
+        o.json = json;
         return o;
     }
 };

@@ -314,8 +314,12 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
         if (top > 0 && !logprobs) bad("top_logprobs needs logprobs set to true", "top_logprobs");
     }
     r.gen.logprobs = logprobs ? top : -1;
-    if (const Json* v = field(body, "response_format"))
-        refuse_unless(v->is_object() && v->value("type", "") == "text", "response_format", "only {\"type\": \"text\"} is supported");
+    if (const Json* v = field(body, "response_format")) {
+        const Json* type = v->is_object() ? field(*v, "type") : nullptr;
+        if (!type || !type->is_string()) bad("response_format must be an object with a string \"type\"", "response_format");
+        if (*type == "json_object") r.gen.json = true;
+        else refuse_unless(*type == "text", "response_format", "only {\"type\": \"text\"} and {\"type\": \"json_object\"} are supported");
+    }
     if (const Json* k = field(body, "chat_template_kwargs")) {
         if (!k->is_object()) bad("chat_template_kwargs must be an object", "chat_template_kwargs");
         if (const Json* t = field(*k, "enable_thinking"))

@@ -47,9 +47,9 @@ Json parse_body(std::string_view text);
 
 // Fields a request leaves out take `defaults` (the server's sampling options); a sampled request
 // without a seed gets a fresh one. Unsupported features that would change the answer (n > 1,
-// tool_choice "required" or a named function, JSON mode, frequency_penalty) are refused rather
+// tool_choice "required" or a named function, a JSON schema, frequency_penalty) are refused rather
 // than ignored. Log-probabilities (chat: logprobs + top_logprobs, completions: logprobs) set
-// gen.logprobs, up to 20 alternatives. `ordered`: the same body parsed with its keys in the
+// gen.logprobs, up to 20 alternatives; response_format json_object sets gen.json. `ordered`: the same body parsed with its keys in the
 // client's order, from which the tools' JSON is printed (else from body, keys sorted).
 Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& defaults,
                            const nlohmann::ordered_json* ordered = nullptr);

@@ -40,6 +40,12 @@ struct GenerateOptions {
     // Drafting pauses while a verify pass yields fewer tokens per ms than a plain step (timed as
     // generation goes, with probes); false drafts whenever the context offers a guess.
     bool draft_adaptive = true;
+    // JSON mode: the answer (after any thinking) is one JSON object and nothing else. Tokens that
+    // would break JSON syntax are never chosen (a choice that would is redrawn from the tokens
+    // that keep it valid, as llama.cpp's grammars do), control tokens are refused inside it, and
+    // generation ends with an end token once the object closes (unless max_tokens or a stop
+    // string comes first). Costs the logits on the host each answer token; drafting is off.
+    bool json = false;
     // Log-probabilities: at 0 or more, each generated token's log-probability under the model and
     // this many of the most likely tokens with theirs (at most kMaxTopLogprobs); -1: off. They
     // are the log-softmax of the raw logits, before penalties, temperature and truncation, so the

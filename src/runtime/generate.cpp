@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "diskformer/generate.h"
 #include "runtime/draft.h"
+#include "runtime/json_prefix.h"
 #include "runtime/model_impl.h"
 #include "runtime/sampling.h"
 #include "runtime/text_stream.h"
@@ -125,7 +128,19 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     // kept, already evaluated, to be emitted before the next choice.
     // (Not with log-probabilities: a verify pass leaves the logits of its last row only.)
     const bool want_logprobs = options.logprobs >= 0;
-    const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0 && !want_logprobs;
+    const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0 && !want_logprobs &&
+                           !options.json;
+    // JSON mode: the answer's bytes so far, and which tokens may follow them.
+    std::optional<JsonPrefix> json;
+    if (options.json) json.emplace();
+    const std::function<bool(int32_t)> json_allows = [&](int32_t t) {
+        if (tok.is_eog(t)) return json->complete();
+        if (json->complete()) return false;
+        const auto type = tok.type(t);
+        if (type != df::tokenizer::TokenType::normal && type != df::tokenizer::TokenType::byte) return false;
+        const std::string_view bytes = tok.piece(t);
+        return !bytes.empty() && json->allows(bytes);
+    };
     std::vector<int32_t> context;
     if (speculate) context.assign(prompt.begin(), prompt.end());
     std::deque<int32_t> kept;
@@ -142,22 +157,21 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     Clock::time_point t_first;
     for (;;) {
         const bool evaluated = !kept.empty();
+        const bool constrain = json && text.part() == Part::answer;
         int32_t id = greedy_next;
         if (evaluated) {
             id = kept.front();
             kept.pop_front();
-        } else if (id < 0) {
+        } else if (id < 0 || constrain) {
             std::vector<float> logits = session.logits();
-            if (want_logprobs) {
-                const std::vector<float> raw = logits;  // the sampler modifies its copy
-                id = sampler.sample(logits, recent);
-                r.logprobs.push_back(sampling::token_logprobs(raw, id, options.logprobs));
-            } else {
-                id = sampler.sample(logits, recent);
-            }
+            std::vector<float> raw;
+            if (want_logprobs) raw = logits;  // the sampler modifies its copy
+            id = sampler.sample(logits, recent, constrain ? json_allows : std::function<bool(int32_t)>{});
+            if (want_logprobs) r.logprobs.push_back(sampling::token_logprobs(raw, id, options.logprobs));
         } else if (want_logprobs) {  // the backend's argmax chose it: the logits only for this
             r.logprobs.push_back(sampling::token_logprobs(session.logits(), id, options.logprobs));
         }
+        if (constrain && !tok.is_eog(id)) json->feed(tok.piece(id));
         if (speculate) context.push_back(id);
         if (r.tokens.empty()) {
             t_first = Clock::now();

@@ -156,9 +156,22 @@ void Sampler::truncate(std::vector<Cand>& c) const {
     }
 }
 
-int32_t Sampler::sample(std::vector<float>& logits, std::span<const int32_t> recent) {
+int32_t Sampler::sample(std::vector<float>& logits, std::span<const int32_t> recent,
+                        const std::function<bool(int32_t)>& allowed) {
     if (logits.empty()) throw Error("generate: no logits to sample from");
     apply_penalties(logits, recent);
+    const int32_t id = pick(logits);
+    if (!allowed || allowed(id)) return id;
+    bool any = false;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (!allowed(static_cast<int32_t>(i))) logits[i] = -INFINITY;
+        else any = any || logits[i] > -INFINITY;
+    }
+    if (!any) throw Error("generate: no token can continue the constrained answer");
+    return pick(logits);
+}
+
+int32_t Sampler::pick(const std::vector<float>& logits) {
     if (o_.temperature == 0) {
         // max_element returns the first maximum: the lowest id wins a tie.
         return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -177,7 +190,9 @@ int32_t Sampler::sample(std::vector<float>& logits, std::span<const int32_t> rec
         cum += w[i];
         if (u < cum) return cands_[i].id;
     }
-    return cands_.back().id;  // u within rounding of total
+    for (size_t i = cands_.size(); i-- > 0;)  // u within rounding of total: the last one with weight
+        if (w[i] > 0) return cands_[i].id;
+    return cands_.front().id;
 }
 
 }  // namespace diskformer::sampling

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -38,8 +39,11 @@ public:
     bool is_plain_greedy() const { return plain_greedy_; }
 
     // Picks a token from next-token logits (modified in place); recent: the tokens the penalties
-    // see. Ties go to the lowest id, as the backends' argmax does.
-    int32_t sample(std::vector<float>& logits, std::span<const int32_t> recent);
+    // see. Ties go to the lowest id, as the backends' argmax does. With `allowed`, a choice it
+    // refuses is redrawn once from the logits with every refused token removed (so a valid first
+    // choice costs one check); throws Error when it refuses every token.
+    int32_t sample(std::vector<float>& logits, std::span<const int32_t> recent,
+                   const std::function<bool(int32_t)>& allowed = {});
 
 private:
     struct Cand {
@@ -48,6 +52,7 @@ private:
     };
     void apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const;
     void truncate(std::vector<Cand>& c) const;  // top-k, top-p, min-p; leaves c sorted by logit
+    int32_t pick(const std::vector<float>& logits);  // greedy or sampled, after the penalties
 
     GenerateOptions o_;
     bool plain_greedy_;

@@ -30,6 +30,8 @@ public:
     // Adds one generated token. final: nothing follows, so everything held back is released
     // (an incomplete UTF-8 sequence as U+FFFD).
     Out push(int32_t id, bool final);
+    // The part the next token belongs to.
+    Part part() const { return part_; }
 
 private:
     void add(std::string t, bool release, Out& out);

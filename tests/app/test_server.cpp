@@ -18,6 +18,7 @@
 
 #include "common/golden.h"
 #include "diskformer/generate.h"
+#include "runtime/json_prefix.h"
 #include "server/openai.h"
 #include "server/server.h"
 
@@ -330,6 +331,31 @@ TEST(Server, ToolsGoIntoThePromptInTheClientsOrder) {
     EXPECT_EQ(content, r.body["choices"][0]["message"]["content"]);
 }
 
+// response_format json_object: the answer is JSON (a whole object when the model ends it), whole
+// and streamed alike, on both architectures (qwen35 with its thinking off).
+TEST(Server, JsonObjectResponsesAreJson) {
+    for (const char* name : {"q3_4L_kmix", "q35_4L_iq2mix"}) {
+        SCOPED_TRACE(name);
+        Running s(name);
+        Json body = chat_body({{"user", "Reply in JSON."}}, 48);
+        body["response_format"] = {{"type", "json_object"}};
+        body["chat_template_kwargs"] = {{"enable_thinking", false}};
+        const Reply r = post(s, "/v1/chat/completions", body);
+        ASSERT_EQ(r.status, 200) << r.body.dump();
+        const std::string content = r.body["choices"][0]["message"]["content"];
+        diskformer::JsonPrefix j;
+        EXPECT_TRUE(j.feed(content)) << content;
+        if (r.body["choices"][0]["finish_reason"] == "stop") {
+            EXPECT_TRUE(Json::accept(content)) << content;
+        }
+        const Events e = post_stream(s, "/v1/chat/completions", body);
+        ASSERT_TRUE(e.done);
+        std::string streamed;
+        for (const auto& ev : e.events) streamed += ev["choices"][0]["delta"].value("content", "");
+        EXPECT_EQ(streamed, content);
+    }
+}
+
 TEST(Server, AConversationThatComesBackReusesItsSlot) {
     const Json a = chat_body({{"user", "First conversation: tell me about rivers and their sources."}}, 4);
     const Json b = chat_body({{"user", "Second one, quite different: what do bees make?"}}, 4);
@@ -401,7 +427,8 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0].function", "must be an object"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", "tool_choice", "\"auto\" and \"none\""},
         {chat, R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}]})", "messages[0].tool_calls[0].function.name", "string"},
-        {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", "response_format", "text"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format", "json_object"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})", "response_format", "string \"type\""},
         {chat, Json{{"messages", {{{"role", "user"}, {"content", long_text}}}}}.dump(), "messages", "context holds 64"},
         {"/v1/completions", R"({"max_tokens": 3})", "prompt", "required"},
         {"/v1/completions", R"({"prompt": [1, 2, 3]})", "prompt", "string"},

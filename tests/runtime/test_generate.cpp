@@ -1,6 +1,7 @@
 // Generation, sampling, streaming and Chat on the golden tiny models (random weights, real
 // Qwen vocabulary: the text is gibberish but real UTF-8 from real tokens).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +14,7 @@
 
 #include "common/golden.h"
 #include "diskformer/generate.h"
+#include "runtime/json_prefix.h"
 
 namespace {
 
@@ -273,6 +275,36 @@ TEST_P(Generate, LogprobsAreTheRawLogSoftmaxAndChangeNoToken) {
     bad.logprobs = dfm::kMaxTopLogprobs + 1;
     dfm::Session s(model(GetParam()), {.ctx = 64});
     EXPECT_THROW(dfm::generate(s, prompt, bad), dfm::Error);
+}
+
+// JSON mode on random weights: the answer is always a prefix of a JSON object (a whole one
+// when the model ends it), greedy or sampled, and the tokens before the first one the constraint
+// changed are the unconstrained ones.
+TEST_P(Generate, JsonModeKeepsTheAnswerJson) {
+    // Thinking off: the answer starts at once (a thinking answer starts after </think>).
+    const auto prompt = dfm::chat_prompt(*model(GetParam()), std::vector<dfm::ChatMessage>{{"user", "Give me JSON.", ""}},
+                                         dfm::Thinking::off);
+    for (const GenerateOptions& base : {GenerateOptions{}, sampled(5, 0)}) {
+        GenerateOptions o = base;
+        o.max_tokens = 96;
+        o.json = true;
+        o.draft = 3;  // off in JSON mode
+        dfm::Session s(model(GetParam()), {.ctx = 256});
+        const auto r = dfm::generate(s, prompt, o);
+        SCOPED_TRACE(r.text);
+        EXPECT_TRUE(r.reasoning.empty());
+        dfm::JsonPrefix j;
+        EXPECT_TRUE(j.feed(r.text)) << "not a JSON prefix";
+        if (r.stop == dfm::StopReason::end_token) {
+            EXPECT_TRUE(j.complete());
+            EXPECT_TRUE(nlohmann::json::accept(r.text)) << "a whole JSON document";
+        } else {
+            EXPECT_EQ(r.stop, dfm::StopReason::max_tokens);
+        }
+        EXPECT_EQ(r.stats.drafted_tokens, 0);
+        EXPECT_FALSE(r.text.empty());
+        EXPECT_EQ(r.text.find_first_not_of(" \n\t\r"), r.text.find('{')) << "the object comes first";
+    }
 }
 
 TEST_P(Generate, PenaltiesChangeGreedyChoice) {

@@ -1,0 +1,58 @@
+// JSON mode: whether generated text can still become one JSON object (RFC 8259 syntax, the
+// top-level value an object, whitespace around it), checked a byte at a time so that the sampler
+// can skip every token that would break it and end the answer when the object closes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace diskformer {
+
+class JsonPrefix {
+public:
+    // Feeds bytes; false when they cannot continue a valid document (the state is then
+    // unspecified: check with allows() first).
+    bool feed(std::string_view bytes);
+    // Whether the bytes could follow what was fed, without feeding them.
+    bool allows(std::string_view bytes) const;
+    // The top-level object has closed: nothing but whitespace may follow.
+    bool complete() const { return mode_ == Mode::done; }
+
+    static constexpr size_t kMaxDepth = 128;  // nesting beyond this is refused
+    // Whitespace between tokens comes in runs of at most this many bytes (a model that keeps
+    // emitting blanks must write JSON instead; llama.cpp's JSON grammar bounds it too).
+    static constexpr int kMaxWhitespace = 24;
+
+private:
+    enum class Mode : uint8_t {
+        start,           // before the top-level '{'
+        value,           // a value (after ':' or ',' in an array)
+        obj_key_or_end,  // after '{'
+        obj_key,         // after ',' in an object
+        colon,           // after a key
+        obj_next,        // after a value in an object: ',' or '}'
+        arr_value_or_end,  // after '['
+        arr_next,        // after a value in an array: ',' or ']'
+        string,          // inside a string
+        escape,          // after '\' in a string
+        unicode,         // inside \uXXXX (sub_ hex digits left)
+        number,          // inside a number (sub_: which part)
+        literal,         // inside true / false / null (lit_ the rest to match)
+        done,
+    };
+    bool step(unsigned char c);
+    bool string_byte(unsigned char c);  // UTF-8 inside a string
+    bool begin_value(unsigned char c);
+    void end_value();  // a value ended: what the enclosing container expects next
+
+    Mode mode_ = Mode::start;
+    uint8_t sub_ = 0;
+    uint8_t utf8_left_ = 0, utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // continuation bytes due, the next one's range
+    int ws_ = 0;              // whitespace bytes in a row outside strings
+    bool key_ = false;        // the string being read is an object key
+    const char* lit_ = "";    // literal bytes still to come
+    std::string stack_;       // open containers, '{' or '['
+};
+
+}  // namespace diskformer
