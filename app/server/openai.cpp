@@ -115,9 +115,9 @@ std::optional<ParsedToolCall> parse_call(std::string_view inner) {
     return c;
 }
 
-Json calls_json(const Meta& meta, const std::vector<ParsedToolCall>& calls, bool indexed) {
+Json calls_json(const Meta& meta, const std::vector<ParsedToolCall>& calls, bool indexed, int choice) {
     Json out = Json::array();
-    const std::string base_id = "call_" + meta.id.substr(meta.id.find('-') + 1) + "_";
+    const std::string base_id = "call_" + meta.id.substr(meta.id.find('-') + 1) + "_" + (choice ? std::to_string(choice) + "_" : "");
     for (size_t k = 0; k < calls.size(); ++k) {
         Json c = {{"id", base_id + std::to_string(k)},
                   {"type", "function"},
@@ -130,6 +130,8 @@ Json calls_json(const Meta& meta, const std::vector<ParsedToolCall>& calls, bool
 
 // OpenAI writes a log-probability of -inf as -9999.
 double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+
+constexpr int64_t kMaxChoices = 16;  // choices per request (each a generation of its own)
 
 // The options both endpoints share.
 void parse_common(const Json& body, Request& r, const diskformer::GenerateOptions& defaults) {
@@ -199,7 +201,11 @@ void parse_common(const Json& body, Request& r, const diskformer::GenerateOption
         if (d < 0 || d > 64) bad("draft must be between 0 (off) and 64, got " + std::to_string(d), "draft");
         r.gen.draft = static_cast<int>(d);
     }
-    if (const Json* v = field(body, "n")) refuse_unless(integer(*v, "n") == 1, "n", "only one choice per request is supported");
+    if (const Json* v = field(body, "n")) {
+        const int64_t n = integer(*v, "n");
+        if (n < 1 || n > kMaxChoices) bad("n must be between 1 and " + std::to_string(kMaxChoices) + ", got " + std::to_string(n), "n");
+        r.n = static_cast<int>(n);
+    }
     if (const Json* v = field(body, "best_of")) refuse_unless(integer(*v, "best_of") == 1, "best_of", "not supported");
     if (const Json* v = field(body, "logit_bias"))
         refuse_unless(v->is_object() && v->empty(), "logit_bias", "not supported");
@@ -483,14 +489,16 @@ Json logprobs_json(const Request& req, std::span<const LogprobToken> tokens, con
     return {{"tokens", std::move(toks)}, {"token_logprobs", std::move(lps)}, {"top_logprobs", std::move(tops)}, {"text_offset", std::move(offsets)}};
 }
 
-Json response_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& res, const Json& logprobs) {
-    Json choice = {{"index", 0}, {"finish_reason", finish_reason(res.stop)}};
+namespace {
+
+Json choice_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& res, const Json& logprobs, int index) {
+    Json choice = {{"index", index}, {"finish_reason", finish_reason(res.stop)}};
     if (req.chat) {
         Json msg = {{"role", "assistant"}, {"content", res.text}};
         if (!req.tools.empty()) {
             if (ToolCallText t = parse_tool_calls(res.text); !t.calls.empty()) {
                 msg["content"] = t.content.empty() ? Json(nullptr) : Json(t.content);
-                msg["tool_calls"] = calls_json(meta, t.calls, false);
+                msg["tool_calls"] = calls_json(meta, t.calls, false, index);
                 choice["finish_reason"] = "tool_calls";
             }
         }
@@ -501,16 +509,44 @@ Json response_json(const Request& req, const Meta& meta, const diskformer::Gener
         if (!res.reasoning.empty()) choice["reasoning_content"] = res.reasoning;
     }
     choice["logprobs"] = logprobs;
+    return choice;
+}
+
+}  // namespace
+
+diskformer::GenerateStats combined_stats(std::span<const diskformer::GenerateResult> results) {
+    diskformer::GenerateStats s;
+    if (results.empty()) return s;
+    s = results[0].stats;
+    for (size_t i = 1; i < results.size(); ++i) {
+        const auto& t = results[i].stats;
+        s.generated_tokens += t.generated_tokens;
+        s.decode_ms += t.decode_ms;
+        s.drafted_tokens += t.drafted_tokens;
+        s.accepted_tokens += t.accepted_tokens;
+    }
+    return s;
+}
+
+Json response_json(const Request& req, const Meta& meta, std::span<const diskformer::GenerateResult> results,
+                   std::span<const Json> logprobs) {
     Json out = base(meta, req.chat ? "chat.completion" : "text_completion");
-    out["choices"] = Json::array({std::move(choice)});
-    out["usage"] = usage_json(res.stats);
-    out["timings"] = timings_json(res.stats);
+    out["choices"] = Json::array();
+    for (size_t i = 0; i < results.size(); ++i)
+        out["choices"].push_back(choice_json(req, meta, results[i], i < logprobs.size() ? logprobs[i] : Json(nullptr), static_cast<int>(i)));
+    const auto stats = combined_stats(results);
+    out["usage"] = usage_json(stats);
+    out["timings"] = timings_json(stats);
     return out;
 }
 
-Json open_chunk(const Request& req, const Meta& meta) {
+Json response_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& res, const Json& logprobs) {
+    return response_json(req, meta, std::span(&res, 1), std::span(&logprobs, 1));
+}
+
+Json open_chunk(const Request& req, const Meta& meta, int index) {
     Json out = base(meta, chunk_object(req));
-    Json choice = {{"index", 0}, {"finish_reason", nullptr}};
+    Json choice = {{"index", index}, {"finish_reason", nullptr}};
     if (req.chat)
         choice["delta"] = {{"role", "assistant"}, {"content", ""}};
     else
@@ -519,9 +555,10 @@ Json open_chunk(const Request& req, const Meta& meta) {
     return out;
 }
 
-Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part, const Json& logprobs) {
+Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part, const Json& logprobs,
+                 int index) {
     const char* key = part == diskformer::Part::reasoning ? "reasoning_content" : req.chat ? "content" : "text";
-    Json choice = {{"index", 0}, {"finish_reason", nullptr}};
+    Json choice = {{"index", index}, {"finish_reason", nullptr}};
     if (req.chat)
         choice["delta"] = {{key, std::string(text)}};
     else
@@ -532,15 +569,15 @@ Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, di
     return out;
 }
 
-Json tool_calls_chunk(const Request& req, const Meta& meta, const std::vector<ParsedToolCall>& calls) {
-    Json choice = {{"index", 0}, {"finish_reason", nullptr}, {"delta", {{"tool_calls", calls_json(meta, calls, true)}}}};
+Json tool_calls_chunk(const Request& req, const Meta& meta, const std::vector<ParsedToolCall>& calls, int index) {
+    Json choice = {{"index", index}, {"finish_reason", nullptr}, {"delta", {{"tool_calls", calls_json(meta, calls, true, index)}}}};
     Json out = base(meta, chunk_object(req));
     out["choices"] = Json::array({std::move(choice)});
     return out;
 }
 
-Json finish_chunk(const Request& req, const Meta& meta, StopReason reason, bool tool_calls) {
-    Json choice = {{"index", 0}, {"finish_reason", tool_calls ? "tool_calls" : finish_reason(reason)}};
+Json finish_chunk(const Request& req, const Meta& meta, StopReason reason, bool tool_calls, int index) {
+    Json choice = {{"index", index}, {"finish_reason", tool_calls ? "tool_calls" : finish_reason(reason)}};
     if (req.chat)
         choice["delta"] = Json::object();
     else

@@ -40,13 +40,14 @@ struct Request {
     // Chat: the functions the model may call (`tools`, unless tool_choice is "none"), each as the
     // chat template's tojson prints it; the answer's <tool_call> blocks become tool_calls.
     std::vector<std::string> tools;
+    int n = 1;  // choices: each its own generation (a sampled one with seed + its index)
 };
 
 // A body that is not a JSON object is an ApiError (400).
 Json parse_body(std::string_view text);
 
 // Fields a request leaves out take `defaults` (the server's sampling options); a sampled request
-// without a seed gets a fresh one. Unsupported features that would change the answer (n > 1,
+// without a seed gets a fresh one. Unsupported features that would change the answer (best_of,
 // tool_choice "required" or a named function, a JSON schema, frequency_penalty) are refused rather
 // than ignored. Log-probabilities (chat: logprobs + top_logprobs, completions: logprobs) set
 // gen.logprobs, up to 20 alternatives; response_format json_object sets gen.json. `ordered`: the same body parsed with its keys in the
@@ -117,15 +118,22 @@ Json logprobs_json(const Request& req, std::span<const LogprobToken> tokens, con
 // The whole answer of a request that did not stream; `logprobs` goes into its choice as it is.
 Json response_json(const Request& req, const Meta& meta, const diskformer::GenerateResult& result,
                    const Json& logprobs = nullptr);
+// n choices (logprobs: one per result, or empty); usage adds up their tokens.
+Json response_json(const Request& req, const Meta& meta, std::span<const diskformer::GenerateResult> results,
+                   std::span<const Json> logprobs);
+// The statistics of n choices of one prompt: the prompt counted once, the answers added up.
+diskformer::GenerateStats combined_stats(std::span<const diskformer::GenerateResult> results);
 
-// Stream chunks: the opening one (chat: the assistant role), one per piece of text, and the
-// closing one with the finish reason; the usage chunk when asked for (empty choices).
-Json open_chunk(const Request& req, const Meta& meta);
+// Stream chunks of choice `index`: the opening one (chat: the assistant role), one per piece of
+// text, and the closing one with the finish reason; the usage chunk when asked for (empty
+// choices). Choices stream one after another.
+Json open_chunk(const Request& req, const Meta& meta, int index = 0);
 Json piece_chunk(const Request& req, const Meta& meta, std::string_view text, diskformer::Part part,
-                 const Json& logprobs = nullptr);
-Json finish_chunk(const Request& req, const Meta& meta, diskformer::StopReason reason, bool tool_calls = false);
+                 const Json& logprobs = nullptr, int index = 0);
+Json finish_chunk(const Request& req, const Meta& meta, diskformer::StopReason reason, bool tool_calls = false,
+                  int index = 0);
 // The answer's function calls as one delta (OpenAI's tool_calls with index, id, type, function).
-Json tool_calls_chunk(const Request& req, const Meta& meta, const std::vector<ParsedToolCall>& calls);
+Json tool_calls_chunk(const Request& req, const Meta& meta, const std::vector<ParsedToolCall>& calls, int index = 0);
 Json usage_chunk(const Request& req, const Meta& meta, const diskformer::GenerateStats& stats);
 
 // One server-sent event: "data: <json>\n\n".

@@ -165,12 +165,21 @@ struct Server::Impl {
         return {id, opt.model_id, unix_now()};
     }
 
-    std::string summary(const Request& r, const GenerateResult& g) const {
+    // Choice i of a request: a sampled one draws with seed + i, so the choices differ.
+    static Request choice(const Request& r, int i) {
+        Request c = r;
+        c.gen.seed += static_cast<uint64_t>(i);
+        return c;
+    }
+
+    std::string summary(const Request& r, std::span<const GenerateResult> results) const {
+        const auto s = combined_stats(results);
         char buf[256];
-        std::snprintf(buf, sizeof buf, "%s 200 · prompt %lld (cached %lld) · %lld tokens · %.1f tok/s · %s%s",
-                      r.chat ? "/v1/chat/completions" : "/v1/completions", static_cast<long long>(g.stats.prompt_tokens),
-                      static_cast<long long>(g.stats.reused_tokens), static_cast<long long>(g.stats.generated_tokens),
-                      g.stats.decode_tok_s(), diskformer::to_string(g.stop), r.stream ? " · streamed" : "");
+        std::snprintf(buf, sizeof buf, "%s 200 · prompt %lld (cached %lld) · %lld tokens%s · %.1f tok/s · %s%s",
+                      r.chat ? "/v1/chat/completions" : "/v1/completions", static_cast<long long>(s.prompt_tokens),
+                      static_cast<long long>(s.reused_tokens), static_cast<long long>(s.generated_tokens),
+                      results.size() > 1 ? (" in " + std::to_string(results.size()) + " choices").c_str() : "",
+                      s.decode_tok_s(), diskformer::to_string(results.back().stop), r.stream ? " · streamed" : "");
         return buf;
     }
 
@@ -187,17 +196,22 @@ struct Server::Impl {
             const Meta m = meta(*r);
             if (!r->stream) {
                 std::atomic<bool> abort{false};
-                Logprobs lp{*r, *this, {}};
-                const GenerateResult g = generate(*r, *prompt, abort,
-                                                  lp.on() ? diskformer::StreamCallback([&](const diskformer::Piece& p) { lp.add(p); })
-                                                          : diskformer::StreamCallback{});
-                if (stopping) {
-                    ++aborted;
-                    throw ApiError(503, "the server is shutting down");
+                std::vector<GenerateResult> results;
+                std::vector<Json> logprobs;
+                for (int i = 0; i < r->n; ++i) {
+                    Logprobs lp{*r, *this, {}};
+                    results.push_back(generate(choice(*r, i), *prompt, abort,
+                                               lp.on() ? diskformer::StreamCallback([&](const diskformer::Piece& p) { lp.add(p); })
+                                                       : diskformer::StreamCallback{}));
+                    if (stopping) {
+                        ++aborted;
+                        throw ApiError(503, "the server is shutting down");
+                    }
+                    logprobs.push_back(lp.on() ? lp.finish(results.back()) : Json(nullptr));
                 }
-                send_json(res, 200, response_json(*r, m, g, lp.on() ? lp.finish(g) : Json(nullptr)));
+                send_json(res, 200, response_json(*r, m, results, logprobs));
                 ++served;
-                log(summary(*r, g));
+                log(summary(*r, results));
                 return;
             }
             res.set_header("Cache-Control", "no-cache");
@@ -225,31 +239,36 @@ struct Server::Impl {
             const std::string s = sse(event);
             if (!sink.write(s.data(), s.size())) abort = true;
         };
-        send(open_chunk(r, m));
         try {
-            Logprobs lp{r, *this, {}};
-            ToolCallStream calls;  // with tools, answer text from a <tool_call> on is held back
-            const GenerateResult g = generate(r, prompt, abort, [&](const diskformer::Piece& p) {
-                if (!p.last) lp.add(p);
-                const std::string text = !r.tools.empty() && p.part == diskformer::Part::answer ? calls.push(p.text) : std::string(p.text);
-                if (!text.empty()) send(piece_chunk(r, m, text, p.part, lp.take()));
-                if (p.last) lp.add(p);  // an end token or not: finish() decides
-            });
-            if (g.stop == diskformer::StopReason::aborted) {
+            std::vector<GenerateResult> results;
+            for (int i = 0; i < r.n; ++i) {
+                send(open_chunk(r, m, i));
+                Logprobs lp{r, *this, {}};
+                ToolCallStream calls;  // with tools, answer text from a <tool_call> on is held back
+                results.push_back(generate(choice(r, i), prompt, abort, [&](const diskformer::Piece& p) {
+                    if (!p.last) lp.add(p);
+                    const std::string text = !r.tools.empty() && p.part == diskformer::Part::answer ? calls.push(p.text) : std::string(p.text);
+                    if (!text.empty()) send(piece_chunk(r, m, text, p.part, lp.take(), i));
+                    if (p.last) lp.add(p);  // an end token or not: finish() decides
+                }));
+                const GenerateResult& g = results.back();
+                if (g.stop == diskformer::StopReason::aborted) break;
+                const ToolCallText held = calls.finish();
+                Json rest = lp.finish(g);
+                if (!held.content.empty() || !rest.is_null()) send(piece_chunk(r, m, held.content, diskformer::Part::answer, rest, i));
+                if (!held.calls.empty()) send(tool_calls_chunk(r, m, held.calls, i));
+                send(finish_chunk(r, m, g.stop, !held.calls.empty(), i));
+            }
+            if (results.back().stop == diskformer::StopReason::aborted) {
                 ++aborted;
                 log(std::string(r.chat ? "/v1/chat/completions" : "/v1/completions") + " · stream ended early (" +
                     (stopping ? "server stopping" : "client gone") + ") after " +
-                    std::to_string(g.stats.generated_tokens) + " tokens");
+                    std::to_string(combined_stats(results).generated_tokens) + " tokens");
                 if (stopping) send(ApiError(503, "the server is shutting down").body());
             } else {
                 ++served;
-                const ToolCallText held = calls.finish();
-                Json rest = lp.finish(g);
-                if (!held.content.empty() || !rest.is_null()) send(piece_chunk(r, m, held.content, diskformer::Part::answer, rest));
-                if (!held.calls.empty()) send(tool_calls_chunk(r, m, held.calls));
-                send(finish_chunk(r, m, g.stop, !held.calls.empty()));
-                if (r.include_usage) send(usage_chunk(r, m, g.stats));
-                log(summary(r, g));
+                if (r.include_usage) send(usage_chunk(r, m, combined_stats(results)));
+                log(summary(r, results));
             }
         } catch (const std::exception& e) {
             ++failed;

@@ -356,6 +356,59 @@ TEST(Server, JsonObjectResponsesAreJson) {
     }
 }
 
+// n choices: choice i is the library's answer with seed + i; usage counts the prompt once and
+// every answer; a stream sends the choices one after another under their indices.
+TEST(Server, NChoicesAreSeededGenerationsOneAfterAnother) {
+    const char* name = "q35_4L_iq2mix";
+    Running s(name);
+    Json body = chat_body(kConversation, 12);
+    body["n"] = 3;
+    body["temperature"] = 1.0;
+    body["top_k"] = 0;
+    body["seed"] = 42;
+    const Reply r = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    ASSERT_EQ(r.body["choices"].size(), 3u);
+    size_t completion = 0;
+    std::vector<std::string> texts;
+    for (int i = 0; i < 3; ++i) {
+        SCOPED_TRACE("choice " + std::to_string(i));
+        const Json& c = r.body["choices"][i];
+        EXPECT_EQ(c["index"], i);
+        diskformer::Session lib(model(name), {.ctx = 512});
+        diskformer::GenerateOptions o;
+        o.max_tokens = 12;
+        o.temperature = 1.0f;
+        o.top_k = 0;
+        o.seed = 42 + i;
+        const auto want = diskformer::generate(lib, diskformer::chat_prompt(*model(name), to_messages(kConversation)), o);
+        EXPECT_EQ(c["message"]["content"], want.text);
+        EXPECT_EQ(c["message"].value("reasoning_content", ""), want.reasoning);
+        completion += want.tokens.size();
+        texts.push_back(want.reasoning + want.text);
+    }
+    EXPECT_NE(texts[0], texts[1]) << "the choices should differ";
+    EXPECT_EQ(r.body["usage"]["completion_tokens"], completion);
+    EXPECT_EQ(r.body["usage"]["prompt_tokens"], diskformer::chat_prompt(*model(name), to_messages(kConversation)).size());
+
+    body["n"] = 2;
+    const Events e = post_stream(s, "/v1/chat/completions", body);
+    ASSERT_TRUE(e.done);
+    std::vector<std::string> streamed(2);
+    int last_index = 0, finishes = 0;
+    for (const auto& ev : e.events) {
+        const Json& c = ev["choices"][0];
+        const int i = c["index"];
+        EXPECT_GE(i, last_index) << "choices one after another";
+        last_index = i;
+        streamed[i] += c["delta"].value("reasoning_content", "") + c["delta"].value("content", "");
+        if (!c["finish_reason"].is_null()) ++finishes;
+    }
+    EXPECT_EQ(finishes, 2);
+    EXPECT_EQ(streamed[0], texts[0]);
+    EXPECT_EQ(streamed[1], texts[1]);
+}
+
 TEST(Server, AConversationThatComesBackReusesItsSlot) {
     const Json a = chat_body({{"user", "First conversation: tell me about rivers and their sources."}}, 4);
     const Json b = chat_body({{"user", "Second one, quite different: what do bees make?"}}, 4);
@@ -417,7 +470,8 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature", "number"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p", "(0, 1]"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", "at least 1"},
-        {chat, R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n", "one choice"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "n": 17})", "n", "between 1 and 16"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", "n", "between 1 and 16"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop", "empty"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs", "between 0 and 20"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "logprobs set to true"},
