@@ -7,6 +7,8 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "diskformer/generate.h"
@@ -51,6 +53,7 @@ struct GenArgs {
     SamplingArgs sampling;
     std::string system;
     bool think = false, no_think = false, hide_think = false, json = false;
+    std::string json_schema_file;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
 
@@ -64,6 +67,8 @@ struct GenArgs {
         cmd.add_option("--seed", seed, "sampling seed (default: random, printed with the stats)");
         cmd.add_option("--stop", stop, "stop before this text (repeatable)");
         cmd.add_flag("--json", json, "answer with one JSON object (tokens that would break JSON are never chosen)");
+        cmd.add_option("--json-schema", json_schema_file, "answer with one JSON object that this JSON Schema file allows")
+            ->check(CLI::ExistingFile);
     }
 
     diskformer::Thinking thinking() const {
@@ -77,7 +82,12 @@ struct GenArgs {
         sampling.apply(o);
         o.stop = stop;
         o.seed = *seed;
-        o.json = json;
+        o.json = json || !json_schema_file.empty();
+        if (!json_schema_file.empty()) {
+            std::ifstream in(json_schema_file, std::ios::binary);
+            o.json_schema.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+            if (!in.good() && !in.eof()) throw diskformer::Error("cannot read " + json_schema_file);
+        }
         return o;
     }
 };

@@ -323,8 +323,29 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
     if (const Json* v = field(body, "response_format")) {
         const Json* type = v->is_object() ? field(*v, "type") : nullptr;
         if (!type || !type->is_string()) bad("response_format must be an object with a string \"type\"", "response_format");
-        if (*type == "json_object") r.gen.json = true;
-        else refuse_unless(*type == "text", "response_format", "only {\"type\": \"text\"} and {\"type\": \"json_object\"} are supported");
+        if (*type == "json_object") {
+            r.gen.json = true;
+        } else if (*type == "json_schema") {
+            const Json* js = field(*v, "json_schema");
+            const Json* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
+            if (!schema) bad("response_format.json_schema.schema is required", "response_format.json_schema.schema");
+            // Printed from the client-ordered body: properties are written in their declared order.
+            const nlohmann::ordered_json* os = nullptr;
+            if (ordered && ordered->is_object() && ordered->contains("response_format")) {
+                const auto& rf = (*ordered)["response_format"];
+                if (rf.is_object() && rf.contains("json_schema") && rf["json_schema"].is_object() && rf["json_schema"].contains("schema"))
+                    os = &rf["json_schema"]["schema"];
+            }
+            r.gen.json = true;
+            r.gen.json_schema = os ? os->dump() : schema->dump();
+            try {
+                diskformer::check_json_schema(r.gen.json_schema);
+            } catch (const diskformer::Error& e) {
+                bad(e.what(), "response_format.json_schema.schema");
+            }
+        } else {
+            refuse_unless(*type == "text", "response_format", "type must be \"text\", \"json_object\" or \"json_schema\"");
+        }
     }
     if (const Json* k = field(body, "chat_template_kwargs")) {
         if (!k->is_object()) bad("chat_template_kwargs must be an object", "chat_template_kwargs");

@@ -48,10 +48,12 @@ Json parse_body(std::string_view text);
 
 // Fields a request leaves out take `defaults` (the server's sampling options); a sampled request
 // without a seed gets a fresh one. Unsupported features that would change the answer (best_of,
-// tool_choice "required" or a named function, a JSON schema, frequency_penalty) are refused rather
-// than ignored. Log-probabilities (chat: logprobs + top_logprobs, completions: logprobs) set
-// gen.logprobs, up to 20 alternatives; response_format json_object sets gen.json. `ordered`: the same body parsed with its keys in the
-// client's order, from which the tools' JSON is printed (else from body, keys sorted).
+// tool_choice "required" or a named function, schema keywords JSON mode cannot enforce,
+// frequency_penalty) are refused rather than ignored. Log-probabilities (chat: logprobs +
+// top_logprobs, completions: logprobs) set gen.logprobs, up to 20 alternatives;
+// response_format json_object / json_schema sets gen.json (and gen.json_schema). `ordered`: the
+// same body parsed with its keys in the client's order, from which the tools' JSON and the
+// schema are printed (else from body, keys sorted).
 Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& defaults,
                            const nlohmann::ordered_json* ordered = nullptr);
 Request parse_completion_request(const Json& body, const diskformer::GenerateOptions& defaults);

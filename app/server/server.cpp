@@ -187,9 +187,10 @@ struct Server::Impl {
         const char* path = chat ? "/v1/chat/completions" : "/v1/completions";
         try {
             const Json body = parse_body(http_req.body);
-            // Tools are printed into the prompt with their keys in the client's order.
+            // Tools and schemas keep their keys in the client's order (the prompt, property order).
             nlohmann::ordered_json ordered;
-            if (chat && body.contains("tools")) ordered = nlohmann::ordered_json::parse(http_req.body, nullptr, false);
+            if (chat && (body.contains("tools") || body.contains("response_format")))
+                ordered = nlohmann::ordered_json::parse(http_req.body, nullptr, false);
             auto r = std::make_shared<Request>(chat ? parse_chat_request(body, opt.defaults, &ordered)
                                                     : parse_completion_request(body, opt.defaults));
             auto prompt = std::make_shared<std::vector<int32_t>>(prompt_tokens(*r));

@@ -46,6 +46,12 @@ struct GenerateOptions {
     // generation ends with an end token once the object closes (unless max_tokens or a stop
     // string comes first). Costs the logits on the host each answer token; drafting is off.
     bool json = false;
+    // With json: a JSON Schema the object must follow (empty: any object). The subset structured
+    // output asks for: type, string enum / const, properties (written in their declared order,
+    // optional ones may be left out), required, additionalProperties false, items, minItems,
+    // maxItems; annotations (title, description, format, …) have no effect. A keyword outside it
+    // is an Error, never ignored (check_json_schema says so up front).
+    std::string json_schema;
     // Log-probabilities: at 0 or more, each generated token's log-probability under the model and
     // this many of the most likely tokens with theirs (at most kMaxTopLogprobs); -1: off. They
     // are the log-softmax of the raw logits, before penalties, temperature and truncation, so the
@@ -56,6 +62,9 @@ struct GenerateOptions {
     // handler to end generation early (StopReason::aborted). Not cleared by generate().
     const std::atomic<bool>* abort = nullptr;
 };
+
+// Throws Error naming what a JSON Schema uses that GenerateOptions::json_schema cannot enforce.
+void check_json_schema(std::string_view schema_json);
 
 // Bytes as valid UTF-8 (RFC 3629): each byte that does not belong to a valid character becomes
 // U+FFFD. A token can hold part of a character (and a random or confused model can emit bytes

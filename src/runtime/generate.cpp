@@ -88,9 +88,14 @@ const char* to_string(StopReason reason) {
     return "?";
 }
 
+void check_json_schema(std::string_view schema_json) { (void)JsonSchema::compile(schema_json); }
+
 GenerateResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
                         const StreamCallback& on_piece) {
     sampling::check_options(options);
+    if (!options.json_schema.empty() && !options.json) throw Error("generate: json_schema needs json");
+    std::optional<JsonSchema> schema;  // compiled before any work: a bad one is the caller's error
+    if (!options.json_schema.empty()) schema = JsonSchema::compile(options.json_schema);
     const auto& mi = session.model().impl();
     if (!mi.tokenizer) throw Error("this model has no usable tokenizer: " + mi.tokenizer_error);
     const auto& tok = *mi.tokenizer;
@@ -132,7 +137,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
                            !options.json;
     // JSON mode: the answer's bytes so far, and which tokens may follow them.
     std::optional<JsonPrefix> json;
-    if (options.json) json.emplace();
+    if (options.json) json.emplace(schema ? &*schema : nullptr);
     const std::function<bool(int32_t)> json_allows = [&](int32_t t) {
         if (tok.is_eog(t)) return json->complete();
         if (json->complete()) return false;

@@ -1,5 +1,7 @@
 #include "runtime/json_prefix.h"
 
+#include <bit>
+
 namespace diskformer {
 namespace {
 
@@ -12,7 +14,22 @@ enum Num : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigit
 // Whether a number may end after that part.
 bool num_can_end(uint8_t s) { return s == kZero || s == kInt || s == kFrac || s == kExpDigits; }
 
+// The schema type a value starting with c has.
+uint8_t type_of(unsigned char c) {
+    switch (c) {
+        case '{': return JsonSchema::kObject;
+        case '[': return JsonSchema::kArray;
+        case '"': return JsonSchema::kString;
+        case 't':
+        case 'f': return JsonSchema::kBoolean;
+        case 'n': return JsonSchema::kNull;
+        default: return JsonSchema::kNumber | JsonSchema::kInteger;
+    }
+}
+
 }  // namespace
+
+JsonPrefix::JsonPrefix(const JsonSchema* schema) : schema_(schema), value_node_(schema ? schema->root() : 0) {}
 
 bool JsonPrefix::allows(std::string_view bytes) const {
     JsonPrefix copy = *this;
@@ -47,22 +64,119 @@ bool JsonPrefix::string_byte(unsigned char c) {
     return true;
 }
 
+// ---- schema checks ----------------------------------------------------------------------------
+
+bool JsonPrefix::may_open_key() {
+    if (!schema_) return true;
+    Frame& f = frames_.back();
+    const auto& n = schema_->node(f.node);
+    if (!n.props) {  // any key; its value by the node's schema for all keys
+        match_ = Match::none;
+        value_node_ = n.extra;
+        return true;
+    }
+    // The next declared property, or any later one if those between are optional.
+    cand_ = 0;
+    for (int i = f.next; i < static_cast<int>(n.keys.size()); ++i) {
+        cand_ |= uint64_t{1} << i;
+        if (n.required[static_cast<size_t>(i)]) break;
+    }
+    cand_pos_ = 0;
+    match_ = Match::key;
+    return cand_ != 0;
+}
+
+bool JsonPrefix::may_close_object() const {
+    if (!schema_) return true;
+    const Frame& f = frames_.back();
+    const auto& n = schema_->node(f.node);
+    for (size_t i = static_cast<size_t>(f.next); i < n.required.size(); ++i)
+        if (n.required[i]) return false;
+    return true;
+}
+
+bool JsonPrefix::may_add_key() const {
+    if (!schema_) return true;
+    const Frame& f = frames_.back();
+    const auto& n = schema_->node(f.node);
+    return !n.props || f.next < static_cast<int>(n.keys.size());
+}
+
+bool JsonPrefix::match_byte(unsigned char c) {
+    const auto& n = schema_->node(match_ == Match::key ? frames_.back().node : value_node_);
+    const auto& texts = match_ == Match::key ? n.keys : n.enums;
+    for (uint64_t bits = cand_; bits; bits &= bits - 1) {
+        const int i = std::countr_zero(bits);
+        const std::string& t = texts[static_cast<size_t>(i)];
+        if (cand_pos_ >= t.size() || static_cast<unsigned char>(t[cand_pos_]) != c) cand_ &= ~(uint64_t{1} << i);
+    }
+    ++cand_pos_;
+    return cand_ != 0;
+}
+
+bool JsonPrefix::match_end() {
+    const bool key = match_ == Match::key;
+    const auto& n = schema_->node(key ? frames_.back().node : value_node_);
+    const auto& texts = key ? n.keys : n.enums;
+    for (uint64_t bits = cand_; bits; bits &= bits - 1) {
+        const int i = std::countr_zero(bits);
+        if (texts[static_cast<size_t>(i)].size() != cand_pos_) continue;
+        if (key) {
+            frames_.back().next = i + 1;
+            value_node_ = n.values[static_cast<size_t>(i)];
+        }
+        match_ = Match::none;
+        return true;
+    }
+    return false;
+}
+
+// ---- syntax ------------------------------------------------------------------------------------
+
 void JsonPrefix::end_value() {
-    if (stack_.empty()) mode_ = Mode::done;
-    else mode_ = stack_.back() == '{' ? Mode::obj_next : Mode::arr_next;
+    if (stack_.empty()) {
+        mode_ = Mode::done;
+        return;
+    }
+    if (stack_.back() == '{') {
+        mode_ = Mode::obj_next;
+    } else {
+        mode_ = Mode::arr_next;
+        if (schema_) ++frames_.back().count;
+    }
+}
+
+void JsonPrefix::close_container() {
+    stack_.pop_back();
+    if (schema_) frames_.pop_back();
+    end_value();
 }
 
 bool JsonPrefix::begin_value(unsigned char c) {
+    if (schema_) {
+        const auto& n = schema_->node(value_node_);
+        if (!(n.types & type_of(c))) return false;
+        int_only_ = !(n.types & JsonSchema::kNumber);
+    }
     switch (c) {
         case '{':
         case '[':
             if (stack_.size() >= kMaxDepth) return false;
             stack_.push_back(static_cast<char>(c));
+            if (schema_) frames_.push_back({value_node_, 0, 0});
             mode_ = c == '{' ? Mode::obj_key_or_end : Mode::arr_value_or_end;
             return true;
         case '"':
             mode_ = Mode::string;
             key_ = false;
+            if (schema_ && !schema_->node(value_node_).enums.empty()) {
+                const size_t k = schema_->node(value_node_).enums.size();
+                cand_ = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
+                cand_pos_ = 0;
+                match_ = Match::value;
+            } else {
+                match_ = Match::none;
+            }
             return true;
         case 't': lit_ = "rue"; mode_ = Mode::literal; return true;
         case 'f': lit_ = "alse"; mode_ = Mode::literal; return true;
@@ -77,6 +191,9 @@ bool JsonPrefix::begin_value(unsigned char c) {
 }
 
 bool JsonPrefix::step(unsigned char c) {
+    // A key or enum string is matched against its candidates byte by byte, escapes included.
+    const bool in_string = mode_ == Mode::string || mode_ == Mode::escape || mode_ == Mode::unicode;
+    if (in_string && match_ != Match::none && !(mode_ == Mode::string && c == '"') && !match_byte(c)) return false;
     switch (mode_) {
         case Mode::start:
             if (is_ws(c)) return true;
@@ -87,13 +204,13 @@ bool JsonPrefix::step(unsigned char c) {
         case Mode::obj_key:
             if (is_ws(c)) return true;
             if (c == '"') {
+                if (!may_open_key()) return false;
                 mode_ = Mode::string;
                 key_ = true;
                 return true;
             }
-            if (c == '}' && mode_ == Mode::obj_key_or_end) {
-                stack_.pop_back();
-                end_value();
+            if (c == '}' && mode_ == Mode::obj_key_or_end && may_close_object()) {
+                close_container();
                 return true;
             }
             return false;
@@ -103,29 +220,49 @@ bool JsonPrefix::step(unsigned char c) {
             mode_ = Mode::value;
             return true;
         case Mode::obj_next:
-        case Mode::arr_next: {
             if (is_ws(c)) return true;
-            const char close = mode_ == Mode::obj_next ? '}' : ']';
-            if (c == ',') {
-                mode_ = mode_ == Mode::obj_next ? Mode::obj_key : Mode::value;
+            if (c == ',' && may_add_key()) {
+                mode_ = Mode::obj_key;
                 return true;
             }
-            if (c != static_cast<unsigned char>(close)) return false;
-            stack_.pop_back();
-            end_value();
-            return true;
-        }
+            if (c == '}' && may_close_object()) {
+                close_container();
+                return true;
+            }
+            return false;
+        case Mode::arr_next:
+            if (is_ws(c)) return true;
+            if (c == ',') {
+                if (schema_) {
+                    const Frame& f = frames_.back();
+                    if (f.count >= schema_->node(f.node).max_items) return false;
+                    value_node_ = schema_->node(f.node).items;
+                }
+                mode_ = Mode::value;
+                return true;
+            }
+            if (c == ']' && (!schema_ || frames_.back().count >= schema_->node(frames_.back().node).min_items)) {
+                close_container();
+                return true;
+            }
+            return false;
         case Mode::arr_value_or_end:
             if (is_ws(c)) return true;
             if (c == ']') {
-                stack_.pop_back();
-                end_value();
+                if (schema_ && schema_->node(frames_.back().node).min_items > 0) return false;
+                close_container();
                 return true;
+            }
+            if (schema_) {
+                const auto& n = schema_->node(frames_.back().node);
+                if (n.max_items == 0) return false;
+                value_node_ = n.items;
             }
             return begin_value(c);
         case Mode::string:
             if (utf8_left_ > 0) return string_byte(c);  // a character's continuation bytes
             if (c == '"') {
+                if (match_ != Match::none && !match_end()) return false;
                 if (key_) mode_ = Mode::colon;
                 else end_value();
                 return true;
@@ -174,11 +311,11 @@ bool JsonPrefix::step(unsigned char c) {
                     break;
             }
             if (is_digit(c) && sub_ != kZero) return true;  // more of the same part
-            if (c == '.' && (sub_ == kZero || sub_ == kInt)) {
+            if (c == '.' && !int_only_ && (sub_ == kZero || sub_ == kInt)) {
                 sub_ = kDot;
                 return true;
             }
-            if ((c == 'e' || c == 'E') && (sub_ == kZero || sub_ == kInt || sub_ == kFrac)) {
+            if ((c == 'e' || c == 'E') && !int_only_ && (sub_ == kZero || sub_ == kInt || sub_ == kFrac)) {
                 sub_ = kExp;
                 return true;
             }

@@ -1,16 +1,23 @@
 // JSON mode: whether generated text can still become one JSON object (RFC 8259 syntax, the
-// top-level value an object, whitespace around it), checked a byte at a time so that the sampler
-// can skip every token that would break it and end the answer when the object closes.
+// top-level value an object, whitespace around it), and one that a schema allows when given,
+// checked a byte at a time so that the sampler can skip every token that would break it and end
+// the answer when the object closes.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "runtime/json_schema.h"
 
 namespace diskformer {
 
 class JsonPrefix {
 public:
+    // schema: must outlive this (and its copies); nullptr: any object.
+    explicit JsonPrefix(const JsonSchema* schema = nullptr);
+
     // Feeds bytes; false when they cannot continue a valid document (the state is then
     // unspecified: check with allows() first).
     bool feed(std::string_view bytes);
@@ -45,6 +52,20 @@ private:
     bool string_byte(unsigned char c);  // UTF-8 inside a string
     bool begin_value(unsigned char c);
     void end_value();  // a value ended: what the enclosing container expects next
+    void close_container();
+    // Schema checks (true without a schema).
+    bool may_open_key();    // '"' where a key begins: sets the key's candidates
+    bool may_close_object() const;
+    bool may_add_key() const;  // ',' after a value in an object
+    bool match_byte(unsigned char c);  // a key's or an enum string's next byte
+    bool match_end();                  // its closing quote
+
+    struct Frame {
+        int node;   // the container's schema
+        int next;   // object: the next declared property that may come
+        int count;  // array: items so far
+    };
+    enum class Match : uint8_t { none, key, value };
 
     Mode mode_ = Mode::start;
     uint8_t sub_ = 0;
@@ -53,6 +74,15 @@ private:
     bool key_ = false;        // the string being read is an object key
     const char* lit_ = "";    // literal bytes still to come
     std::string stack_;       // open containers, '{' or '['
+    // With a schema: a frame per open container, the schema of the value to come, and the
+    // candidates a key or enum string being read still matches (bits of the node's keys / enums).
+    const JsonSchema* schema_ = nullptr;
+    std::vector<Frame> frames_;
+    int value_node_ = 0;
+    bool int_only_ = false;
+    Match match_ = Match::none;
+    uint64_t cand_ = 0;
+    uint32_t cand_pos_ = 0;
 };
 
 }  // namespace diskformer

@@ -19,6 +19,7 @@
 #include "common/golden.h"
 #include "diskformer/generate.h"
 #include "runtime/json_prefix.h"
+#include "runtime/json_schema.h"
 #include "server/openai.h"
 #include "server/server.h"
 
@@ -353,6 +354,25 @@ TEST(Server, JsonObjectResponsesAreJson) {
         std::string streamed;
         for (const auto& ev : e.events) streamed += ev["choices"][0]["delta"].value("content", "");
         EXPECT_EQ(streamed, content);
+
+        // json_schema: the schema's properties, in their declared order (sampled, seeded).
+        body["response_format"] = Json::parse(R"({"type": "json_schema", "json_schema": {"name": "pick", "strict": true,
+            "schema": {"type": "object", "properties": {"colour": {"enum": ["red", "green"]}, "sure": {"type": "boolean"}},
+                       "required": ["colour", "sure"], "additionalProperties": false}}})");
+        body["max_tokens"] = 200;
+        body["temperature"] = 1.0;
+        body["seed"] = 3;
+        const Reply sr = post(s, "/v1/chat/completions", body);
+        ASSERT_EQ(sr.status, 200) << sr.body.dump();
+        const std::string sc = sr.body["choices"][0]["message"]["content"];
+        diskformer::JsonSchema schema = diskformer::JsonSchema::compile(body["response_format"]["json_schema"]["schema"].dump());
+        diskformer::JsonPrefix js(&schema);
+        EXPECT_TRUE(js.feed(sc)) << sc;
+        if (sr.body["choices"][0]["finish_reason"] == "stop") {
+            const Json doc = Json::parse(sc);
+            EXPECT_TRUE(doc["colour"] == "red" || doc["colour"] == "green") << sc;
+            EXPECT_TRUE(doc["sure"].is_boolean()) << sc;
+        }
     }
 }
 
@@ -481,7 +501,9 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0].function", "must be an object"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", "tool_choice", "\"auto\" and \"none\""},
         {chat, R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}]})", "messages[0].tool_calls[0].function.name", "string"},
-        {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format", "json_object"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format.json_schema.schema", "required"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"anyOf": []}}}}}})", "response_format.json_schema.schema", "anyOf"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}})", "response_format", "json_schema"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})", "response_format", "string \"type\""},
         {chat, Json{{"messages", {{{"role", "user"}, {"content", long_text}}}}}.dump(), "messages", "context holds 64"},
         {"/v1/completions", R"({"max_tokens": 3})", "prompt", "required"},

@@ -15,6 +15,7 @@
 #include "common/golden.h"
 #include "diskformer/generate.h"
 #include "runtime/json_prefix.h"
+#include "runtime/json_schema.h"
 
 namespace {
 
@@ -305,6 +306,41 @@ TEST_P(Generate, JsonModeKeepsTheAnswerJson) {
         EXPECT_FALSE(r.text.empty());
         EXPECT_EQ(r.text.find_first_not_of(" \n\t\r"), r.text.find('{')) << "the object comes first";
     }
+}
+
+// With a schema: the answer is a prefix the schema allows (a whole matching object when the
+// model ends it); a schema the generator cannot enforce is an error before any work.
+TEST_P(Generate, JsonSchemaModeFollowsTheSchema) {
+    const auto prompt = dfm::chat_prompt(*model(GetParam()), std::vector<dfm::ChatMessage>{{"user", "Pick a colour.", ""}},
+                                         dfm::Thinking::off);
+    const std::string schema_text = R"({"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]},
+        "sure": {"type": "boolean"}, "n": {"type": "integer"}}, "required": ["colour", "sure"], "additionalProperties": false})";
+    const dfm::JsonSchema schema = dfm::JsonSchema::compile(schema_text);
+    for (const GenerateOptions& base : {GenerateOptions{}, sampled(9, 0), sampled(10, 0)}) {
+        GenerateOptions o = base;
+        o.max_tokens = 64;
+        o.json = true;
+        o.json_schema = schema_text;
+        dfm::Session s(model(GetParam()), {.ctx = 256});
+        const auto r = dfm::generate(s, prompt, o);
+        SCOPED_TRACE(r.text);
+        dfm::JsonPrefix j(&schema);
+        EXPECT_TRUE(j.feed(r.text)) << "not a prefix the schema allows";
+        if (r.stop == dfm::StopReason::end_token) {
+            ASSERT_TRUE(j.complete());
+            const auto doc = nlohmann::json::parse(r.text);
+            EXPECT_TRUE(doc["colour"] == "red" || doc["colour"] == "green" || doc["colour"] == "blue");
+            EXPECT_TRUE(doc["sure"].is_boolean());
+        }
+    }
+    GenerateOptions bad;
+    bad.json = true;
+    bad.json_schema = R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}})";
+    dfm::Session s(model(GetParam()), {.ctx = 256});
+    EXPECT_THROW(dfm::generate(s, prompt, bad), dfm::Error);
+    EXPECT_EQ(s.n_cached(), 0) << "refused before the prompt was evaluated";
+    EXPECT_THROW(dfm::check_json_schema(bad.json_schema), dfm::Error);
+    EXPECT_NO_THROW(dfm::check_json_schema(schema_text));
 }
 
 TEST_P(Generate, PenaltiesChangeGreedyChoice) {

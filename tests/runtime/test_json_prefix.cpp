@@ -5,15 +5,18 @@
 #include <string>
 #include <vector>
 
+#include "diskformer/diskformer.h"
 #include "runtime/json_prefix.h"
+#include "runtime/json_schema.h"
 
 namespace {
 
 using diskformer::JsonPrefix;
+using diskformer::JsonSchema;
 
 // The length of the longest prefix of s that JsonPrefix accepts.
-size_t accepted(const std::string& s) {
-    JsonPrefix j;
+size_t accepted(const std::string& s, const JsonSchema* schema = nullptr) {
+    JsonPrefix j(schema);
     for (size_t i = 0; i < s.size(); ++i)
         if (!j.allows(s.substr(i, 1)) || !j.feed(s.substr(i, 1))) return i;
     return s.size();
@@ -90,6 +93,85 @@ TEST(JsonPrefix, RefusesTheByteThatBreaksTheSyntax) {
     std::string deep = "{\"a\": ";
     for (size_t i = 0; i < JsonPrefix::kMaxDepth; ++i) deep += "[";
     EXPECT_EQ(accepted(deep), deep.size() - 1);
+}
+
+// A schema's constraints, each refused at the byte that breaks it: required properties in their
+// declared order (optional ones may be skipped), no other keys, types, integers, string enums
+// (escapes included), item counts, nullable types.
+TEST(JsonSchema, RefusesWhatTheSchemaForbidsAtItsFirstByte) {
+    const JsonSchema schema = JsonSchema::compile(R"({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "who"},
+            "age": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b\"c"]}, "minItems": 1, "maxItems": 2},
+            "nick": {"type": ["string", "null"]},
+            "ok": {"type": "boolean"},
+            "score": {"type": "number"}
+        },
+        "required": ["name", "age", "tags", "ok"],
+        "additionalProperties": false
+    })");
+    const std::vector<std::string> valid = {
+        R"({"name": "Ann", "age": 30, "tags": ["a"], "ok": true})",
+        R"({"name":"B","age":-1,"tags":["a","b\"c"],"nick":null,"ok":false,"score":-2.5e3})",
+        R"({"name": "C", "age": 0, "tags": ["b\"c", "a"], "nick": "cc", "ok": true, "score": 7})",
+    };
+    for (const auto& v : valid) {
+        EXPECT_EQ(accepted(v, &schema), v.size()) << v;
+        JsonPrefix j(&schema);
+        j.feed(v);
+        EXPECT_TRUE(j.complete()) << v;
+    }
+    struct Case {
+        std::string text;
+        size_t at;
+    };
+    const std::vector<Case> cases = {
+        {R"({"age": 30})", 2},                                  // name comes first
+        {R"({"name": 5})", 9},                                  // a string
+        {R"({"name": "x", "age": 3.5})", 22},                   // an integer
+        {R"({"name": "x", "age": 3e2})", 22},
+        {R"({"name": "x", "age": 3, "tags": []})", 33},         // minItems
+        {R"({"name": "x", "age": 3, "tags": ["a", "a", "a"]})", 41},  // maxItems
+        {R"({"name": "x", "age": 3, "tags": ["c"]})", 34},      // the enum
+        {R"({"name": "x", "age": 3, "tags": ["ab"]})", 35},
+        {R"({"name": "x", "age": 3, "tags": ["b\c"]})", 36},   // the escape must be \"
+        {R"({"name": "x", "age": 3, "tags": ["a"]})", 37},      // ok is required
+        {R"({"name": "x", "extra": 1})", 15},                    // no other keys
+        {R"({"name": "x", "age": 3, "tags": ["a"], "ok": true, "score": 1, "more": 1})", 61},  // nothing after the last
+        {R"({"name": "x", "age": 3, "tags": ["a"], "ok": true, "nick": null})", 52},  // declared order
+        {R"({"name": "x", "age": 3, "tags": ["a"], "nick": 1})", 47},  // string or null
+    };
+    for (const auto& c : cases) EXPECT_EQ(accepted(c.text, &schema), c.at) << c.text;
+
+    // Keys of any name with typed values, nested objects and arrays of any items.
+    const JsonSchema free = JsonSchema::compile(R"({"additionalProperties": {"type": "integer"}})");
+    EXPECT_EQ(accepted(R"({"a": 1, "b": -20})", &free), 18u);
+    EXPECT_EQ(accepted(R"({"a": "x"})", &free), 6u);
+    const JsonSchema any = JsonSchema::compile(R"({"type": "object", "properties": {"x": {"type": "array"}, "y": {}}})");
+    EXPECT_EQ(accepted(R"({"x": [1, "s", {"k": [null]}], "y": {"z": true}})", &any), 48u);
+}
+
+TEST(JsonSchema, RefusesWhatItCannotEnforce) {
+    for (const char* bad : {R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}]}}})",
+                            R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})",
+                            R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}})",
+                            R"({"type": "object", "properties": {"a": {"enum": [1, 2]}}})",
+                            R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})",
+                            R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})",
+                            R"({"type": "string"})",
+                            R"({"type": "object", "properties": {"a": {"type": "decimal"}}})",
+                            R"({"$ref": "#/$defs/x"})",
+                            R"(not json)"}) {
+        EXPECT_THROW(JsonSchema::compile(bad), diskformer::Error) << bad;
+    }
+    try {
+        JsonSchema::compile(R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})");
+    } catch (const diskformer::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("/properties/a/pattern"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("not supported"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace
