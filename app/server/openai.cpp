@@ -1,6 +1,7 @@
 // OpenAI request parsing and response shapes (openai.h).
 #include "server/openai.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -126,6 +127,42 @@ Json calls_json(const Meta& meta, const std::vector<ParsedToolCall>& calls, bool
         out.push_back(std::move(c));
     }
     return out;
+}
+
+// tool_choice "required" or a named function: the answer is forced into one <tool_call> block
+// through JSON mode, {"name": one of the names (or that one), "arguments": the function's
+// parameters where JSON mode can enforce that schema, else any object}.
+void force_tool_call(const Json& choice, const std::vector<std::string>& names,
+                     const std::vector<nlohmann::ordered_json>& parameters, Request& r) {
+    using OJ = nlohmann::ordered_json;
+    if (names.empty()) bad("tool_choice needs tools to choose from", "tool_choice");
+    OJ name = {{"enum", OJ(names)}};
+    OJ arguments = {{"type", "object"}};
+    if (choice.is_object()) {
+        const Json* fn = field(choice, "function");
+        const Json* want = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+        if (!want || !want->is_string()) bad("tool_choice.function.name must be a string", "tool_choice.function.name");
+        const auto it = std::find(names.begin(), names.end(), want->get<std::string>());
+        if (it == names.end()) bad("tool_choice names \"" + want->get<std::string>() + "\", which is not among the tools", "tool_choice.function.name");
+        name = {{"const", *it}};
+        const OJ& p = parameters[static_cast<size_t>(it - names.begin())];
+        if (!p.is_null()) {
+            try {
+                diskformer::check_json_schema(p.dump());
+                arguments = p;
+            } catch (const diskformer::Error&) {
+                // outside JSON mode's subset: any object (the model has the schema in its prompt)
+            }
+        }
+    }
+    const OJ schema = {{"type", "object"},
+                       {"properties", {{"name", name}, {"arguments", arguments}}},
+                       {"required", {"name", "arguments"}},
+                       {"additionalProperties", false}};
+    r.gen.json = true;
+    r.gen.json_schema = schema.dump();
+    r.gen.json_before = "<tool_call>\n";
+    r.gen.json_after = "\n</tool_call>";
 }
 
 // OpenAI writes a log-probability of -inf as -9999.
@@ -290,6 +327,8 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
         r.messages.push_back(std::move(cm));
     }
     parse_common(body, r, defaults);
+    std::vector<std::string> names;                   // the tools' function names
+    std::vector<nlohmann::ordered_json> parameters;  // and their parameter schemas (null: none)
     if (const Json* v = field(body, "tools")) {
         if (!v->is_array()) bad(std::string("tools must be an array, got ") + kind_of(*v), "tools");
         const nlohmann::ordered_json* ov = ordered && ordered->is_object() && ordered->contains("tools") ? &(*ordered)["tools"] : nullptr;
@@ -304,12 +343,21 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
             const Json* name = field(*fn, "name");
             if (!name || !name->is_string() || name->get_ref<const std::string&>().empty())
                 bad(at + ".function.name must be a non-empty string", at + ".function.name");
-            r.tools.push_back(python_json(ov && ov->is_array() && i < ov->size() ? (*ov)[i] : nlohmann::ordered_json(t)));
+            const nlohmann::ordered_json tool = ov && ov->is_array() && i < ov->size() ? (*ov)[i] : nlohmann::ordered_json(t);
+            r.tools.push_back(python_json(tool));
+            names.push_back(name->get<std::string>());
+            const auto& f = tool["function"];
+            parameters.push_back(f.contains("parameters") ? f["parameters"] : nlohmann::ordered_json());
         }
     }
     if (const Json* v = field(body, "tool_choice")) {
-        refuse_unless(*v == "none" || *v == "auto", "tool_choice", "only \"auto\" and \"none\" are supported");
-        if (*v == "none") r.tools.clear();  // the model is not told of them, so it cannot call them
+        if (*v == "none") {
+            r.tools.clear();  // the model is not told of them, so it cannot call them
+        } else if (*v == "required" || v->is_object()) {
+            force_tool_call(*v, names, parameters, r);
+        } else if (*v != "auto") {
+            bad("tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": …}}", "tool_choice");
+        }
     }
     if (const Json* v = field(body, "parallel_tool_calls")) (void)boolean(*v, "parallel_tool_calls");  // Qwen may call several
     bool logprobs = false;
@@ -320,6 +368,7 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
         if (top > 0 && !logprobs) bad("top_logprobs needs logprobs set to true", "top_logprobs");
     }
     r.gen.logprobs = logprobs ? top : -1;
+    const bool forced_call = !r.gen.json_before.empty();
     if (const Json* v = field(body, "response_format")) {
         const Json* type = v->is_object() ? field(*v, "type") : nullptr;
         if (!type || !type->is_string()) bad("response_format must be an object with a string \"type\"", "response_format");
@@ -346,6 +395,8 @@ Request parse_chat_request(const Json& body, const diskformer::GenerateOptions& 
         } else {
             refuse_unless(*type == "text", "response_format", "type must be \"text\", \"json_object\" or \"json_schema\"");
         }
+        if (*type != "text" && forced_call)
+            bad("response_format cannot be combined with a tool_choice that forces a call", "response_format");
     }
     if (const Json* k = field(body, "chat_template_kwargs")) {
         if (!k->is_object()) bad("chat_template_kwargs must be an object", "chat_template_kwargs");

@@ -52,6 +52,10 @@ struct GenerateOptions {
     // maxItems; annotations (title, description, format, …) have no effect. A keyword outside it
     // is an Error, never ignored (check_json_schema says so up front).
     std::string json_schema;
+    // With json: literal text the answer starts with before the object and ends with after it
+    // (the server forces a function call with "<tool_call>\n" and "\n</tool_call>"). Special
+    // tokens count by their text and may appear only in these.
+    std::string json_before, json_after;
     // Log-probabilities: at 0 or more, each generated token's log-probability under the model and
     // this many of the most likely tokens with theirs (at most kMaxTopLogprobs); -1: off. They
     // are the log-softmax of the raw logits, before penalties, temperature and truncation, so the

@@ -93,7 +93,8 @@ void check_json_schema(std::string_view schema_json) { (void)JsonSchema::compile
 GenerateResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
                         const StreamCallback& on_piece) {
     sampling::check_options(options);
-    if (!options.json_schema.empty() && !options.json) throw Error("generate: json_schema needs json");
+    if ((!options.json_schema.empty() || !options.json_before.empty() || !options.json_after.empty()) && !options.json)
+        throw Error("generate: json_schema, json_before and json_after need json");
     std::optional<JsonSchema> schema;  // compiled before any work: a bad one is the caller's error
     if (!options.json_schema.empty()) schema = JsonSchema::compile(options.json_schema);
     const auto& mi = session.model().impl();
@@ -136,15 +137,17 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0 && !want_logprobs &&
                            !options.json;
     // JSON mode: the answer's bytes so far, and which tokens may follow them.
-    std::optional<JsonPrefix> json;
-    if (options.json) json.emplace(schema ? &*schema : nullptr);
+    std::optional<JsonAnswer> json;
+    if (options.json) json.emplace(schema ? &*schema : nullptr, options.json_before, options.json_after);
     const std::function<bool(int32_t)> json_allows = [&](int32_t t) {
         if (tok.is_eog(t)) return json->complete();
         if (json->complete()) return false;
+        using df::tokenizer::TokenType;
         const auto type = tok.type(t);
-        if (type != df::tokenizer::TokenType::normal && type != df::tokenizer::TokenType::byte) return false;
+        const bool special = type == TokenType::control || type == TokenType::user_defined;
+        if (!special && type != TokenType::normal && type != TokenType::byte) return false;
         const std::string_view bytes = tok.piece(t);
-        return !bytes.empty() && json->allows(bytes);
+        return !bytes.empty() && json->allows(bytes, special);
     };
     std::vector<int32_t> context;
     if (speculate) context.assign(prompt.begin(), prompt.end());

@@ -1,6 +1,7 @@
 #include "runtime/json_prefix.h"
 
 #include <bit>
+#include <utility>
 
 namespace diskformer {
 namespace {
@@ -330,6 +331,42 @@ bool JsonPrefix::step(unsigned char c) {
             return is_ws(c);
     }
     return false;
+}
+
+// ---- the whole answer ---------------------------------------------------------------------------
+
+JsonAnswer::JsonAnswer(const JsonSchema* schema, std::string before, std::string after)
+    : json_(schema), before_(std::move(before)), after_(std::move(after)), stage_(before_.empty() ? 1 : 0) {}
+
+bool JsonAnswer::step(unsigned char c, bool special) {
+    if (stage_ == 1 && json_.complete()) {
+        stage_ = 2;
+        pos_ = 0;
+    }
+    if (stage_ == 1) return !special && json_.feed(std::string_view(reinterpret_cast<const char*>(&c), 1));
+    const std::string& lit = stage_ == 0 ? before_ : after_;
+    if (pos_ >= lit.size() || static_cast<unsigned char>(lit[pos_]) != c) return false;
+    if (++pos_ == lit.size() && stage_ == 0) {
+        stage_ = 1;
+        pos_ = 0;
+    }
+    return true;
+}
+
+bool JsonAnswer::allows(std::string_view bytes, bool special) const {
+    JsonAnswer copy = *this;
+    for (const char c : bytes)
+        if (!copy.step(static_cast<unsigned char>(c), special)) return false;
+    return true;
+}
+
+void JsonAnswer::feed(std::string_view bytes) {
+    for (const char c : bytes) (void)step(static_cast<unsigned char>(c), false);
+}
+
+bool JsonAnswer::complete() const {
+    if (stage_ == 2) return pos_ == after_.size();
+    return stage_ == 1 && json_.complete() && after_.empty();
 }
 
 }  // namespace diskformer

@@ -85,4 +85,22 @@ private:
     uint32_t cand_pos_ = 0;
 };
 
+// JSON mode's whole answer: literal text `before`, one JSON object (JsonPrefix), literal text
+// `after` (e.g. "<tool_call>\n" … "\n</tool_call>" to force a function call). Special tokens
+// (control, user-defined) may only spell the literals, never sit inside the object.
+class JsonAnswer {
+public:
+    JsonAnswer(const JsonSchema* schema, std::string before, std::string after);
+    bool allows(std::string_view bytes, bool special) const;
+    void feed(std::string_view bytes);
+    bool complete() const;  // all written: only an end token may follow
+
+private:
+    bool step(unsigned char c, bool special);
+    JsonPrefix json_;
+    std::string before_, after_;
+    size_t pos_ = 0;  // into the literal of the stage
+    uint8_t stage_ = 0;  // 0 before, 1 the object, 2 after
+};
+
 }  // namespace diskformer

@@ -429,6 +429,42 @@ TEST(Server, NChoicesAreSeededGenerationsOneAfterAnother) {
     EXPECT_EQ(streamed[1], texts[1]);
 }
 
+// tool_choice forcing a call: the answer is one <tool_call> block of that function (its
+// parameters' schema enforced), returned as tool_calls, even from a random model.
+TEST(Server, AForcedToolChoiceAnswersWithThatCall) {
+    Running s("q3_4L_kmix");
+    Json body = chat_body({{"user", "Weather?"}}, 160);
+    body["tools"] = Json::parse(R"([{"type": "function", "function": {"name": "get_time"}},
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+         "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"], "additionalProperties": false}}}])");
+    body["tool_choice"] = Json::parse(R"({"type": "function", "function": {"name": "get_weather"}})");
+    body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    const Reply r = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const Json& c = r.body["choices"][0];
+    ASSERT_EQ(c["finish_reason"], "tool_calls") << r.body.dump();
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u);
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+    const Json args = Json::parse(c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Rome") << args.dump();
+    EXPECT_TRUE(c["message"]["content"].is_null());
+    // "required": any of the functions (streamed: one tool_calls delta, then the finish).
+    body["tool_choice"] = "required";
+    const Events e = post_stream(s, "/v1/chat/completions", body);
+    ASSERT_TRUE(e.done);
+    std::string name, finish;
+    for (const auto& ev : e.events) {
+        const Json& ch = ev["choices"][0];
+        if (ch["delta"].contains("tool_calls")) name = ch["delta"]["tool_calls"][0]["function"]["name"];
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+    if (finish == "tool_calls") {
+        EXPECT_TRUE(name == "get_time" || name == "get_weather") << name;
+    } else {
+        EXPECT_EQ(finish, "length") << "a forced call ends as a call or at max_tokens";
+    }
+}
+
 TEST(Server, AConversationThatComesBackReusesItsSlot) {
     const Json a = chat_body({{"user", "First conversation: tell me about rivers and their sources."}}, 4);
     const Json b = chat_body({{"user", "Second one, quite different: what do bees make?"}}, 4);
@@ -499,7 +535,10 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {"/v1/completions", R"({"prompt": "x", "logprobs": -1})", "logprobs", "between 0 and 20"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5})", "frequency_penalty", "presence_penalty"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0].function", "must be an object"},
-        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", "tool_choice", "\"auto\" and \"none\""},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", "tool_choice", "needs tools"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "always"})", "tool_choice", "\"required\""},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}})", "tool_choice.function.name", "not among the tools"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required", "response_format": {"type": "json_object"}})", "response_format", "cannot be combined"},
         {chat, R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}]})", "messages[0].tool_calls[0].function.name", "string"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format.json_schema.schema", "required"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"anyOf": []}}}}}})", "response_format.json_schema.schema", "anyOf"},
@@ -700,6 +739,18 @@ TEST(OpenAI, ParsesToolsAndToolCalls) {
     Json none = body;
     none["tool_choice"] = "none";
     EXPECT_TRUE(ds::parse_chat_request(none, {}).tools.empty());
+    Json required = body;
+    required["tool_choice"] = "required";
+    const auto req = ds::parse_chat_request(required, {}, &ordered);
+    EXPECT_TRUE(req.gen.json);
+    EXPECT_EQ(req.gen.json_before, "<tool_call>\n");
+    EXPECT_EQ(req.gen.json_after, "\n</tool_call>");
+    EXPECT_NE(req.gen.json_schema.find(R"("enum":["get_weather"])"), std::string::npos) << req.gen.json_schema;
+    Json named = body;
+    named["tool_choice"] = Json::parse(R"({"type": "function", "function": {"name": "get_weather"}})");
+    const auto nreq = ds::parse_chat_request(named, {}, &ordered);
+    EXPECT_NE(nreq.gen.json_schema.find(R"("arguments":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})"),
+              std::string::npos) << nreq.gen.json_schema;
 }
 
 // The model's <tool_call> blocks: parsed into calls (arguments as compact JSON in the model's

@@ -174,4 +174,29 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
     }
 }
 
+// The whole answer around the object: the literals exactly, special tokens only in them, then
+// nothing but an end.
+TEST(JsonAnswer, LiteralsAroundTheObject) {
+    diskformer::JsonAnswer a(nullptr, "<tool_call>\n", "\n</tool_call>");
+    EXPECT_FALSE(a.allows("{", false)) << "the literal first";
+    EXPECT_TRUE(a.allows("<tool_call>", true)) << "a special token may spell the literal";
+    a.feed("<tool_call>");
+    EXPECT_FALSE(a.allows(" x", false));
+    a.feed("\n");
+    EXPECT_TRUE(a.allows("{\"a\": \"", false));
+    EXPECT_FALSE(a.allows("{\"a\": \"<tool_call>", true)) << "not inside the object";
+    EXPECT_TRUE(a.allows("{\"a\": \"<tool_call>", false)) << "the same text as plain bytes is a string";
+    a.feed("{\"a\": 1}");
+    EXPECT_FALSE(a.complete()) << "the closing literal is due";
+    EXPECT_FALSE(a.allows(" ", false));
+    EXPECT_TRUE(a.allows("\n</tool_call>", false));
+    a.feed("\n</tool_call>");
+    EXPECT_TRUE(a.complete());
+    EXPECT_FALSE(a.allows("\n", false));
+
+    diskformer::JsonAnswer plain(nullptr, "", "");
+    plain.feed(" {}");
+    EXPECT_TRUE(plain.complete());
+}
+
 }  // namespace
