@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks a running `diskformer serve` end to end over HTTP (Python's standard library only):
 a greedy chat answer and its stream agree, a returning conversation reuses its cache, parallel
-requests each get the answer they get alone, and a bad request is answered and survived.
+requests each get the answer they get alone, log-probabilities, JSON mode, a forced tool call
+and n choices have their shapes, and a bad request is answered and survived.
 Prints the decode rate the server reports. Exit status 1 on any failure.
 
     scripts/serve_check.py http://127.0.0.1:8080 [max_tokens]
@@ -84,6 +85,44 @@ for th in threads:
 for th in threads:
     th.join()
 check(together == alone, "parallel requests get the answers they get alone")
+
+# Log-probabilities: one entry per answer token, none above 0, greedy takes the likeliest.
+body = {"messages": [{"role": "user", "content": "Count to ten."}], "max_tokens": 16, "logprobs": True,
+        "top_logprobs": 3, "chat_template_kwargs": {"enable_thinking": False}}
+status, text = request("/v1/chat/completions", body)
+r = json.loads(text)
+entries = r["choices"][0]["logprobs"]["content"] if status == 200 else []
+ended = r["choices"][0]["finish_reason"] == "stop" if status == 200 else False
+check(status == 200 and len(entries) == r["usage"]["completion_tokens"] - (1 if ended else 0),
+      f"logprobs: one entry per answer token ({len(entries)})")
+check(all(e["logprob"] <= 0 and e["top_logprobs"][0]["token"] == e["token"] for e in entries),
+      "logprobs: greedy tokens are the likeliest")
+
+# JSON mode, a forced function call, n choices.
+body = {"messages": [{"role": "user", "content": "Describe a cat as JSON."}], "max_tokens": 256,
+        "response_format": {"type": "json_object"}, "chat_template_kwargs": {"enable_thinking": False}}
+status, text = request("/v1/chat/completions", body)
+r = json.loads(text)
+if status == 200 and r["choices"][0]["finish_reason"] == "stop":
+    try:
+        json.loads(r["choices"][0]["message"]["content"])
+        check(True, "json_object: the answer parses")
+    except ValueError:
+        check(False, "json_object: the answer parses")
+else:
+    check(status == 200, f"json_object answered ({status}, {r['choices'][0]['finish_reason'] if status == 200 else text})")
+tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+          "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"], "additionalProperties": False}}}]
+body = {"messages": [{"role": "user", "content": "Weather in Rome?"}], "max_tokens": 128, "tools": tools,
+        "tool_choice": "required", "chat_template_kwargs": {"enable_thinking": False}}
+status, text = request("/v1/chat/completions", body)
+r = json.loads(text)
+calls = r["choices"][0]["message"].get("tool_calls") if status == 200 else None
+check(bool(calls) and calls[0]["function"]["name"] == "get_weather" and
+      json.loads(calls[0]["function"]["arguments"])["city"] in ("Paris", "Rome"), f"a forced tool call ({text[:200]})")
+body = {"messages": [{"role": "user", "content": "A word?"}], "max_tokens": 8, "n": 2, "temperature": 1.0, "seed": 5}
+status, text = request("/v1/chat/completions", body)
+check(status == 200 and len(json.loads(text)["choices"]) == 2, "n = 2 gives two choices")
 
 status, text = request("/v1/chat/completions", {"messages": []})
 check(status == 400 and "error" in json.loads(text), f"a bad request gets a 400 error body ({status})")

@@ -130,22 +130,29 @@ Json calls_json(const Meta& meta, const std::vector<ParsedToolCall>& calls, bool
 }
 
 // tool_choice "required" or a named function: the answer is forced into one <tool_call> block
-// through JSON mode, {"name": one of the names (or that one), "arguments": the function's
-// parameters where JSON mode can enforce that schema, else any object}.
+// through JSON mode, {"name": one of the names, "arguments": any object}, or for a named function
+// (or the only tool) {"name": it, "arguments": its parameters where JSON mode can enforce that
+// schema, else any object}.
 void force_tool_call(const Json& choice, const std::vector<std::string>& names,
                      const std::vector<nlohmann::ordered_json>& parameters, Request& r) {
     using OJ = nlohmann::ordered_json;
     if (names.empty()) bad("tool_choice needs tools to choose from", "tool_choice");
     OJ name = {{"enum", OJ(names)}};
     OJ arguments = {{"type", "object"}};
+    size_t one = names.size();  // the function the call must be (one tool: "required" names it)
     if (choice.is_object()) {
         const Json* fn = field(choice, "function");
         const Json* want = fn && fn->is_object() ? field(*fn, "name") : nullptr;
         if (!want || !want->is_string()) bad("tool_choice.function.name must be a string", "tool_choice.function.name");
         const auto it = std::find(names.begin(), names.end(), want->get<std::string>());
         if (it == names.end()) bad("tool_choice names \"" + want->get<std::string>() + "\", which is not among the tools", "tool_choice.function.name");
-        name = {{"const", *it}};
-        const OJ& p = parameters[static_cast<size_t>(it - names.begin())];
+        one = static_cast<size_t>(it - names.begin());
+    } else if (names.size() == 1) {
+        one = 0;
+    }
+    if (one < names.size()) {
+        name = {{"const", names[one]}};
+        const OJ& p = parameters[one];
         if (!p.is_null()) {
             try {
                 diskformer::check_json_schema(p.dump());
