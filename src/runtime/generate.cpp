@@ -1,6 +1,7 @@
 // The generation loop: prefill (abortable, reusing the cache), then sample → stream → step.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -149,6 +150,39 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         const std::string_view bytes = tok.piece(t);
         return !bytes.empty() && json->allows(bytes, special);
     };
+    // The same for every token at once, through the vocabulary's trie (after a refused choice).
+    std::vector<uint8_t> ok;
+    const std::function<void(std::vector<float>&)> json_mask = [&](std::vector<float>& logits) {
+        ok.assign(logits.size(), 0);
+        if (json->complete()) {
+            for (int32_t e : tok.eog_ids())
+                if (static_cast<size_t>(e) < ok.size()) ok[static_cast<size_t>(e)] = 1;
+        } else {
+            struct Walk {
+                JsonAnswer a;
+                bool in_object = false;  // some byte went into the object: no special token here
+            };
+            using df::tokenizer::TokenType;
+            mi.token_trie().walk(
+                Walk{*json},
+                [](Walk& w, uint8_t c) {
+                    bool in = false;
+                    if (!w.a.advance(c, in)) return false;
+                    w.in_object = w.in_object || in;
+                    return true;
+                },
+                [&](const Walk& w, std::span<const int32_t> ids) {
+                    for (const int32_t t : ids) {
+                        if (tok.is_eog(t) || static_cast<size_t>(t) >= ok.size()) continue;
+                        const auto type = tok.type(t);
+                        const bool special = type == TokenType::control || type == TokenType::user_defined;
+                        if (!special || !w.in_object) ok[static_cast<size_t>(t)] = 1;
+                    }
+                });
+        }
+        for (size_t i = 0; i < logits.size(); ++i)
+            if (!ok[i]) logits[i] = -INFINITY;
+    };
     std::vector<int32_t> context;
     if (speculate) context.assign(prompt.begin(), prompt.end());
     std::deque<int32_t> kept;
@@ -174,7 +208,8 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             std::vector<float> logits = session.logits();
             std::vector<float> raw;
             if (want_logprobs) raw = logits;  // the sampler modifies its copy
-            id = sampler.sample(logits, recent, constrain ? json_allows : std::function<bool(int32_t)>{});
+            if (constrain) id = sampler.sample(logits, recent, json_allows, json_mask);
+            else id = sampler.sample(logits, recent);
             if (want_logprobs) r.logprobs.push_back(sampling::token_logprobs(raw, id, options.logprobs));
         } else if (want_logprobs) {  // the backend's argmax chose it: the logits only for this
             r.logprobs.push_back(sampling::token_logprobs(session.logits(), id, options.logprobs));

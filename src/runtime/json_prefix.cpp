@@ -1,7 +1,6 @@
 #include "runtime/json_prefix.h"
 
 #include <bit>
-#include <utility>
 
 namespace diskformer {
 namespace {
@@ -335,16 +334,17 @@ bool JsonPrefix::step(unsigned char c) {
 
 // ---- the whole answer ---------------------------------------------------------------------------
 
-JsonAnswer::JsonAnswer(const JsonSchema* schema, std::string before, std::string after)
-    : json_(schema), before_(std::move(before)), after_(std::move(after)), stage_(before_.empty() ? 1 : 0) {}
+JsonAnswer::JsonAnswer(const JsonSchema* schema, std::string_view before, std::string_view after)
+    : json_(schema), before_(before), after_(after), stage_(before_.empty() ? 1 : 0) {}
 
-bool JsonAnswer::step(unsigned char c, bool special) {
+bool JsonAnswer::advance(unsigned char c, bool& in_object) {
     if (stage_ == 1 && json_.complete()) {
         stage_ = 2;
         pos_ = 0;
     }
-    if (stage_ == 1) return !special && json_.feed(std::string_view(reinterpret_cast<const char*>(&c), 1));
-    const std::string& lit = stage_ == 0 ? before_ : after_;
+    in_object = stage_ == 1;
+    if (stage_ == 1) return json_.feed(std::string_view(reinterpret_cast<const char*>(&c), 1));
+    const std::string_view lit = stage_ == 0 ? before_ : after_;
     if (pos_ >= lit.size() || static_cast<unsigned char>(lit[pos_]) != c) return false;
     if (++pos_ == lit.size() && stage_ == 0) {
         stage_ = 1;
@@ -355,13 +355,18 @@ bool JsonAnswer::step(unsigned char c, bool special) {
 
 bool JsonAnswer::allows(std::string_view bytes, bool special) const {
     JsonAnswer copy = *this;
-    for (const char c : bytes)
-        if (!copy.step(static_cast<unsigned char>(c), special)) return false;
+    for (const char c : bytes) {
+        bool in_object = false;
+        if (!copy.advance(static_cast<unsigned char>(c), in_object) || (special && in_object)) return false;
+    }
     return true;
 }
 
 void JsonAnswer::feed(std::string_view bytes) {
-    for (const char c : bytes) (void)step(static_cast<unsigned char>(c), false);
+    for (const char c : bytes) {
+        bool in_object = false;
+        (void)advance(static_cast<unsigned char>(c), in_object);
+    }
 }
 
 bool JsonAnswer::complete() const {

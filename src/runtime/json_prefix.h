@@ -90,15 +90,18 @@ private:
 // (control, user-defined) may only spell the literals, never sit inside the object.
 class JsonAnswer {
 public:
-    JsonAnswer(const JsonSchema* schema, std::string before, std::string after);
+    // The literals must outlive this (and its copies).
+    JsonAnswer(const JsonSchema* schema, std::string_view before, std::string_view after);
     bool allows(std::string_view bytes, bool special) const;
     void feed(std::string_view bytes);
     bool complete() const;  // all written: only an end token may follow
+    // One byte; in_object says whether the object (not a literal) took it, where special tokens
+    // may not go (a byte at a time, for TokenTrie walks).
+    bool advance(unsigned char c, bool& in_object);
 
 private:
-    bool step(unsigned char c, bool special);
     JsonPrefix json_;
-    std::string before_, after_;
+    std::string_view before_, after_;
     size_t pos_ = 0;  // into the literal of the stage
     uint8_t stage_ = 0;  // 0 before, 1 the object, 2 after
 };

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 
 #include "backend/backend.h"
 #include "diskformer/diskformer.h"
 #include "model/model.h"
+#include "runtime/token_trie.h"
 #include "tokenizer/tokenizer.h"
 
 namespace diskformer {
@@ -16,6 +18,16 @@ struct Model::Impl {
     std::unique_ptr<df::tokenizer::Tokenizer> tokenizer;  // null when the file has none
     std::string tokenizer_error;                         // why, when null
     ModelInfo info;
+
+    // The tokenizer's texts as a trie, built on first use (JSON mode); thread-safe.
+    const TokenTrie& token_trie() const {
+        std::call_once(trie_once_, [this] { trie_ = std::make_unique<TokenTrie>(*tokenizer); });
+        return *trie_;
+    }
+
+private:
+    mutable std::once_flag trie_once_;
+    mutable std::unique_ptr<TokenTrie> trie_;
 };
 
 }  // namespace diskformer

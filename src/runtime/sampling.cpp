@@ -157,17 +157,19 @@ void Sampler::truncate(std::vector<Cand>& c) const {
 }
 
 int32_t Sampler::sample(std::vector<float>& logits, std::span<const int32_t> recent,
-                        const std::function<bool(int32_t)>& allowed) {
+                        const std::function<bool(int32_t)>& allowed, const std::function<void(std::vector<float>&)>& mask) {
     if (logits.empty()) throw Error("generate: no logits to sample from");
     apply_penalties(logits, recent);
     const int32_t id = pick(logits);
     if (!allowed || allowed(id)) return id;
-    bool any = false;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        if (!allowed(static_cast<int32_t>(i))) logits[i] = -INFINITY;
-        else any = any || logits[i] > -INFINITY;
+    if (mask) {
+        mask(logits);
+    } else {
+        for (size_t i = 0; i < logits.size(); ++i)
+            if (!allowed(static_cast<int32_t>(i))) logits[i] = -INFINITY;
     }
-    if (!any) throw Error("generate: no token can continue the constrained answer");
+    if (std::none_of(logits.begin(), logits.end(), [](float x) { return x > -INFINITY; }))
+        throw Error("generate: no token can continue the constrained answer");
     return pick(logits);
 }
 

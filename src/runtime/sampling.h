@@ -41,9 +41,11 @@ public:
     // Picks a token from next-token logits (modified in place); recent: the tokens the penalties
     // see. Ties go to the lowest id, as the backends' argmax does. With `allowed`, a choice it
     // refuses is redrawn once from the logits with every refused token removed (so a valid first
-    // choice costs one check); throws Error when it refuses every token.
+    // choice costs one check): `mask` sets them to -inf when given (all at once), else each
+    // token is asked; throws Error when none is left.
     int32_t sample(std::vector<float>& logits, std::span<const int32_t> recent,
-                   const std::function<bool(int32_t)>& allowed = {});
+                   const std::function<bool(int32_t)>& allowed = {},
+                   const std::function<void(std::vector<float>&)>& mask = {});
 
 private:
     struct Cand {
