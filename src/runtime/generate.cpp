@@ -1,7 +1,6 @@
 // The generation loop: prefill (abortable, reusing the cache), then sample → stream → step.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -9,7 +8,7 @@
 
 #include "diskformer/generate.h"
 #include "runtime/draft.h"
-#include "runtime/json_prefix.h"
+#include "runtime/json_tokens.h"
 #include "runtime/model_impl.h"
 #include "runtime/sampling.h"
 #include "runtime/text_stream.h"
@@ -137,52 +136,11 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     const bool want_logprobs = options.logprobs >= 0;
     const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0 && !want_logprobs &&
                            !options.json;
-    // JSON mode: the answer's bytes so far, and which tokens may follow them.
-    std::optional<JsonAnswer> json;
-    if (options.json) json.emplace(schema ? &*schema : nullptr, options.json_before, options.json_after);
-    const std::function<bool(int32_t)> json_allows = [&](int32_t t) {
-        if (tok.is_eog(t)) return json->complete();
-        if (json->complete()) return false;
-        using df::tokenizer::TokenType;
-        const auto type = tok.type(t);
-        const bool special = type == TokenType::control || type == TokenType::user_defined;
-        if (!special && type != TokenType::normal && type != TokenType::byte) return false;
-        const std::string_view bytes = tok.piece(t);
-        return !bytes.empty() && json->allows(bytes, special);
-    };
-    // The same for every token at once, through the vocabulary's trie (after a refused choice).
-    std::vector<uint8_t> ok;
-    const std::function<void(std::vector<float>&)> json_mask = [&](std::vector<float>& logits) {
-        ok.assign(logits.size(), 0);
-        if (json->complete()) {
-            for (int32_t e : tok.eog_ids())
-                if (static_cast<size_t>(e) < ok.size()) ok[static_cast<size_t>(e)] = 1;
-        } else {
-            struct Walk {
-                JsonAnswer a;
-                bool in_object = false;  // some byte went into the object: no special token here
-            };
-            using df::tokenizer::TokenType;
-            mi.token_trie().walk(
-                Walk{*json},
-                [](Walk& w, uint8_t c) {
-                    bool in = false;
-                    if (!w.a.advance(c, in)) return false;
-                    w.in_object = w.in_object || in;
-                    return true;
-                },
-                [&](const Walk& w, std::span<const int32_t> ids) {
-                    for (const int32_t t : ids) {
-                        if (tok.is_eog(t) || static_cast<size_t>(t) >= ok.size()) continue;
-                        const auto type = tok.type(t);
-                        const bool special = type == TokenType::control || type == TokenType::user_defined;
-                        if (!special || !w.in_object) ok[static_cast<size_t>(t)] = 1;
-                    }
-                });
-        }
-        for (size_t i = 0; i < logits.size(); ++i)
-            if (!ok[i]) logits[i] = -INFINITY;
-    };
+    // JSON mode: the answer so far, and which tokens may follow it.
+    std::optional<JsonTokens> json;
+    if (options.json) json.emplace(tok, mi.token_trie(), schema ? &*schema : nullptr, options.json_before, options.json_after);
+    const std::function<bool(int32_t)> json_allows = [&](int32_t t) { return json->allows(t); };
+    const std::function<void(std::vector<float>&)> json_mask = [&](std::vector<float>& logits) { json->mask(logits); };
     std::vector<int32_t> context;
     if (speculate) context.assign(prompt.begin(), prompt.end());
     std::deque<int32_t> kept;
@@ -214,7 +172,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         } else if (want_logprobs) {  // the backend's argmax chose it: the logits only for this
             r.logprobs.push_back(sampling::token_logprobs(session.logits(), id, options.logprobs));
         }
-        if (constrain && !tok.is_eog(id)) json->feed(tok.piece(id));
+        if (constrain) json->accept(id);
         if (speculate) context.push_back(id);
         if (r.tokens.empty()) {
             t_first = Clock::now();

@@ -10,6 +10,7 @@
 #include "runtime/json_prefix.h"
 #include "runtime/json_schema.h"
 #include "gguf/gguf.h"
+#include "runtime/json_tokens.h"
 #include "runtime/token_trie.h"
 
 namespace {
@@ -202,10 +203,10 @@ TEST(JsonAnswer, LiteralsAroundTheObject) {
     EXPECT_TRUE(plain.complete());
 }
 
-// The vocabulary trie visits exactly the tokens a state lets through, each once: the same set
-// as asking every token (Qwen3.5's whole vocabulary, JSON states at a key, inside a string, at a
-// number, around the literals).
-TEST(TokenTrie, WalksTheTokensAStateAllowsAsAskingEachWould) {
+// JSON mode's mask over the vocabulary (a trie walk) refuses exactly the tokens allows()
+// refuses one by one, on Qwen3.5's whole vocabulary: JSON states at a key, inside a string, at
+// a number, after the object, in and around the literals, with and without a schema.
+TEST(JsonTokens, TheMaskIsWhatAskingEachTokenGives) {
     const auto file = df::gguf::File::open((df::test::golden_dir() / "tokenizer" / "ggml-vocab-qwen35.gguf").string());
     const auto tokenizer = df::tokenizer::Tokenizer::from_gguf(*file);
     const auto& tok = *tokenizer;
@@ -215,42 +216,23 @@ TEST(TokenTrie, WalksTheTokensAStateAllowsAsAskingEachWould) {
     struct State {
         const JsonSchema* schema;
         const char* before;
-        const char* text;
+        const char* text;  // fed as its tokens
     };
     for (const State st : {State{nullptr, "", ""}, State{nullptr, "", "{\"a"}, State{nullptr, "", "{\"a\": 1"},
-                           State{&schema, "", "{"}, State{&schema, "", "{\"colour\": \"gr"}, State{&schema, "<tool_call>\n", ""},
-                           State{nullptr, "<tool_call>\n", "<tool_call>\n{}"}}) {
+                           State{nullptr, "", "{}"}, State{&schema, "", "{"}, State{&schema, "", "{\"colour\": \"gr"},
+                           State{&schema, "<tool_call>\n", ""}, State{nullptr, "<tool_call>\n", "<tool_call>\n{}"}}) {
         SCOPED_TRACE(std::string(st.before) + " | " + st.text);
-        diskformer::JsonAnswer a(st.schema, st.before, *st.before ? "\n</tool_call>" : "");
-        a.feed(st.text);
-        std::vector<int> walked(tok.vocab_size(), 0);
-        struct Walk {
-            diskformer::JsonAnswer a;
-            bool in_object = false;
-        };
-        trie.walk(
-            Walk{a},
-            [](Walk& w, uint8_t c) {
-                bool in = false;
-                if (!w.a.advance(c, in)) return false;
-                w.in_object = w.in_object || in;
-                return true;
-            },
-            [&](const Walk& w, std::span<const int32_t> ids) {
-                for (const int32_t t : ids) {
-                    const auto type = tok.type(t);
-                    const bool special = type == df::tokenizer::TokenType::control || type == df::tokenizer::TokenType::user_defined;
-                    walked[static_cast<size_t>(t)] += !special || !w.in_object;
-                }
-            });
+        diskformer::JsonTokens jt(tok, trie, st.schema, st.before, *st.before ? "\n</tool_call>" : "");
+        for (const int32_t t : tok.encode(st.text, false)) {
+            ASSERT_TRUE(jt.allows(t)) << t;
+            jt.accept(t);
+        }
+        std::vector<float> logits(tok.vocab_size(), 0.f);
+        jt.mask(logits);
         size_t allowed = 0;
-        for (size_t t = 0; t < tok.vocab_size(); ++t) {
-            const auto id = static_cast<int32_t>(t);
-            const auto type = tok.type(id);
-            const bool special = type == df::tokenizer::TokenType::control || type == df::tokenizer::TokenType::user_defined;
-            const bool eligible = special || type == df::tokenizer::TokenType::normal || type == df::tokenizer::TokenType::byte;
-            const bool want = eligible && !tok.piece(id).empty() && a.allows(tok.piece(id), special);
-            ASSERT_EQ(walked[t], want ? 1 : 0) << "token " << t << " '" << tok.piece(id) << "'";
+        for (size_t t = 0; t < logits.size(); ++t) {
+            const bool want = jt.allows(static_cast<int32_t>(t));
+            ASSERT_EQ(logits[t] == 0.f, want) << "token " << t << " '" << tok.piece(static_cast<int32_t>(t)) << "'";
             allowed += want;
         }
         EXPECT_GT(allowed, 0u);
