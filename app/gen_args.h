@@ -16,7 +16,7 @@
 // Length and sampling: what `serve` takes as the defaults for fields a request leaves out.
 struct SamplingArgs {
     int max_tokens = -1;
-    float temperature = 0, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1, presence_penalty = 0;
+    float temperature = 0, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1, presence_penalty = 0, frequency_penalty = 0;
     int top_k = 40, repeat_last_n = 64, draft = 0;
 
     void add_to(CLI::App& cmd) {
@@ -28,6 +28,7 @@ struct SamplingArgs {
         cmd.add_option("--min-p", min_p, "… at least min-p × the likeliest (0: all)")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
         cmd.add_option("--repeat-penalty", repeat_penalty, "penalise recently seen tokens (1: off)")->check(CLI::PositiveNumber);
         cmd.add_option("--presence-penalty", presence_penalty, "subtract from recently seen tokens' logits (0: off)");
+        cmd.add_option("--frequency-penalty", frequency_penalty, "subtract this times how often a recent token occurs (0: off)");
         cmd.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens the penalties see")->capture_default_str()->check(CLI::NonNegativeNumber);
         cmd.add_option("--draft", draft,
                        "speculative decoding by prompt lookup, greedy only: verify up to N drafted tokens per pass "
@@ -43,6 +44,7 @@ struct SamplingArgs {
         o.min_p = min_p;
         o.repeat_penalty = repeat_penalty;
         o.presence_penalty = presence_penalty;
+        o.frequency_penalty = frequency_penalty;
         o.penalty_window = repeat_last_n;
         o.draft = draft;
     }

@@ -218,9 +218,10 @@ void parse_common(const Json& body, Request& r, const diskformer::GenerateOption
         r.gen.repeat_penalty = static_cast<float>(number(*v, "repeat_penalty"));
         range(r.gen.repeat_penalty, 0, 100, true, "repeat_penalty", "positive (1: off)");
     }
-    if (const Json* v = field(body, "frequency_penalty"))
-        refuse_unless(number(*v, "frequency_penalty") == 0, "frequency_penalty",
-                      "not supported (use presence_penalty or repeat_penalty)");
+    if (const Json* v = field(body, "frequency_penalty")) {
+        r.gen.frequency_penalty = static_cast<float>(number(*v, "frequency_penalty"));
+        range(r.gen.frequency_penalty, -2, 2, false, "frequency_penalty", "between -2 and 2");
+    }
     if (const Json* v = field(body, "seed")) {
         r.gen.seed = static_cast<uint64_t>(integer(*v, "seed"));
     } else {

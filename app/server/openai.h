@@ -48,8 +48,9 @@ Json parse_body(std::string_view text);
 
 // Fields a request leaves out take `defaults` (the server's sampling options); a sampled request
 // without a seed gets a fresh one. Unsupported features that would change the answer (best_of,
-// tool_choice "required" or a named function, schema keywords JSON mode cannot enforce,
-// frequency_penalty) are refused rather than ignored. Log-probabilities (chat: logprobs +
+// logit_bias, schema keywords JSON mode cannot enforce) are refused rather than ignored. A
+// tool_choice of "required" or a named function forces the call through JSON mode
+// (json_before / json_after). Log-probabilities (chat: logprobs +
 // top_logprobs, completions: logprobs) set gen.logprobs, up to 20 alternatives;
 // response_format json_object / json_schema sets gen.json (and gen.json_schema). `ordered`: the
 // same body parsed with its keys in the client's order, from which the tools' JSON and the

@@ -30,6 +30,7 @@ struct GenerateOptions {
     float min_p = 0.05f;             // … then those at least min_p × the likeliest (0: all)
     float repeat_penalty = 1;        // recent tokens: positive logits ÷ r, negative × r (1: off)
     float presence_penalty = 0;      // recent tokens: logit − this (0: off)
+    float frequency_penalty = 0;     // recent tokens: logit − this × how often each occurs (0: off)
     int penalty_window = 64;         // how many recent tokens (prompt included) the penalties see
     uint64_t seed = 0;               // same seed, options and prompt: same tokens
     // Speculative decoding by prompt lookup, for greedy decoding (temperature 0, no penalties):

@@ -82,6 +82,7 @@ void check_options(const GenerateOptions& o) {
     if (!(o.repeat_penalty > 0) || !std::isfinite(o.repeat_penalty))
         bad("repeat_penalty must be positive (1: off), got " + num(o.repeat_penalty));
     if (!std::isfinite(o.presence_penalty)) bad("presence_penalty must be finite");
+    if (!std::isfinite(o.frequency_penalty)) bad("frequency_penalty must be finite");
     if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
         bad("logprobs must be -1 (off) or 0.." + std::to_string(kMaxTopLogprobs) + " alternatives, got " + std::to_string(o.logprobs));
     if (o.penalty_window < 0) bad("penalty_window must be 0 or positive, got " + std::to_string(o.penalty_window));
@@ -91,23 +92,28 @@ void check_options(const GenerateOptions& o) {
 
 Sampler::Sampler(const GenerateOptions& o)
     : o_(o),
-      plain_greedy_(o.temperature == 0 &&
-                    (o.penalty_window == 0 || (o.repeat_penalty == 1 && o.presence_penalty == 0))),
+      plain_greedy_(o.temperature == 0 && (o.penalty_window == 0 || !has_penalties(o))),
       rng_(o.seed) {}
 
+bool Sampler::has_penalties(const GenerateOptions& o) {
+    return o.repeat_penalty != 1 || o.presence_penalty != 0 || o.frequency_penalty != 0;
+}
+
 void Sampler::apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const {
-    if (o_.penalty_window == 0 || (o_.repeat_penalty == 1 && o_.presence_penalty == 0)) return;
+    if (o_.penalty_window == 0 || !has_penalties(o_)) return;
     const size_t n = std::min(recent.size(), static_cast<size_t>(o_.penalty_window));
-    // Each distinct token is penalised once however often it occurs (llama.cpp's repeat and
-    // presence penalties; frequency penalties would count).
+    // The repeat and presence penalties apply once per distinct token however often it occurs
+    // (llama.cpp's), the frequency penalty once per occurrence (OpenAI's).
     std::vector<int32_t> ids(recent.end() - n, recent.end());
     std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    for (int32_t id : ids) {
+    for (size_t i = 0; i < ids.size();) {
+        const int32_t id = ids[i];
+        size_t count = 0;
+        for (; i < ids.size() && ids[i] == id; ++i) ++count;
         if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
         float& l = logits[id];
         l = l > 0 ? l / o_.repeat_penalty : l * o_.repeat_penalty;
-        l -= o_.presence_penalty;
+        l -= o_.presence_penalty + o_.frequency_penalty * static_cast<float>(count);
     }
 }
 

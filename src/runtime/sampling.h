@@ -53,6 +53,7 @@ private:
         int32_t id;
     };
     void apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const;
+    static bool has_penalties(const GenerateOptions& o);
     void truncate(std::vector<Cand>& c) const;  // top-k, top-p, min-p; leaves c sorted by logit
     int32_t pick(const std::vector<float>& logits);  // greedy or sampled, after the penalties
 

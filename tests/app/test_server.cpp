@@ -533,7 +533,7 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "logprobs set to true"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs", "true or false"},
         {"/v1/completions", R"({"prompt": "x", "logprobs": -1})", "logprobs", "between 0 and 20"},
-        {chat, R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5})", "frequency_penalty", "presence_penalty"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 2.5})", "frequency_penalty", "between -2 and 2"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0].function", "must be an object"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", "tool_choice", "needs tools"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "always"})", "tool_choice", "\"required\""},
@@ -676,7 +676,7 @@ TEST(OpenAI, ParsesTheFieldsClientsSend) {
             {"role": "assistant", "content": "Hi.", "reasoning_content": "greet back", "tool_calls": []},
             {"role": "user", "content": "Again"}
         ],
-        "max_completion_tokens": 9, "temperature": 0.5, "top_p": 0.9, "seed": -3, "stop": "END",
+        "max_completion_tokens": 9, "temperature": 0.5, "top_p": 0.9, "seed": -3, "stop": "END", "frequency_penalty": 0.25,
         "stream": true, "stream_options": {"include_usage": true},
         "chat_template_kwargs": {"enable_thinking": false}, "user": "ignored", "tools": [], "n": 1
     })");
@@ -691,6 +691,7 @@ TEST(OpenAI, ParsesTheFieldsClientsSend) {
     EXPECT_EQ(r.gen.top_k, 7) << "left out: the server's default";
     EXPECT_EQ(r.gen.seed, static_cast<uint64_t>(-3));
     EXPECT_EQ(r.gen.stop, std::vector<std::string>{"END"});
+    EXPECT_FLOAT_EQ(r.gen.frequency_penalty, 0.25f);
     EXPECT_TRUE(r.stream);
     EXPECT_TRUE(r.include_usage);
     EXPECT_EQ(r.thinking, diskformer::Thinking::off);

@@ -109,6 +109,15 @@ TEST(Sampler, Penalties) {
     Sampler w(o);
     l = {1.0f, 0.6f, -0.1f};
     EXPECT_EQ(w.sample(l, recent), 0);
+    o.penalty_window = 64;
+    o.presence_penalty = 0;
+    o.frequency_penalty = 0.3f;  // per occurrence: token 0 twice, token 2 once
+    Sampler f(o);
+    EXPECT_FALSE(f.is_plain_greedy());
+    l = {1.0f, 0.6f, -0.1f};
+    EXPECT_EQ(f.sample(l, recent), 1);
+    EXPECT_FLOAT_EQ(l[0], 0.4f);
+    EXPECT_FLOAT_EQ(l[2], -0.4f);
 }
 
 TEST(Sampler, RejectsBadOptions) {
