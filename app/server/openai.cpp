@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <random>
@@ -252,8 +253,19 @@ void parse_common(const Json& body, Request& r, const diskformer::GenerateOption
         r.n = static_cast<int>(n);
     }
     if (const Json* v = field(body, "best_of")) refuse_unless(integer(*v, "best_of") == 1, "best_of", "not supported");
-    if (const Json* v = field(body, "logit_bias"))
-        refuse_unless(v->is_object() && v->empty(), "logit_bias", "not supported");
+    if (const Json* v = field(body, "logit_bias")) {
+        if (!v->is_object()) bad(std::string("logit_bias must be an object of token ids to biases, got ") + kind_of(*v), "logit_bias");
+        for (auto it = v->begin(); it != v->end(); ++it) {
+            const std::string& key = it.key();
+            char* end = nullptr;
+            const long id = std::strtol(key.c_str(), &end, 10);
+            if (key.empty() || *end != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
+                bad("logit_bias keys must be token ids, got \"" + key + "\"", "logit_bias");
+            const double b = number(*it, "logit_bias");
+            range(b, -100, 100, false, "logit_bias", "between -100 and 100");
+            r.gen.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+        }
+    }
 }
 
 std::string text_content(const Json& content, size_t i) {

@@ -48,7 +48,7 @@ Json parse_body(std::string_view text);
 
 // Fields a request leaves out take `defaults` (the server's sampling options); a sampled request
 // without a seed gets a fresh one. Unsupported features that would change the answer (best_of,
-// logit_bias, schema keywords JSON mode cannot enforce) are refused rather than ignored. A
+// schema keywords JSON mode cannot enforce) are refused rather than ignored. A
 // tool_choice of "required" or a named function forces the call through JSON mode
 // (json_before / json_after). Log-probabilities (chat: logprobs +
 // top_logprobs, completions: logprobs) set gen.logprobs, up to 20 alternatives;

@@ -99,6 +99,10 @@ struct Server::Impl {
             throw ApiError(400, e.what(), r.chat ? "messages" : "prompt");
         }
         if (ids.empty()) throw ApiError(400, "the prompt is empty", r.chat ? "messages" : "prompt");
+        for (const auto& [t, bias] : r.gen.logit_bias)
+            if (t >= model->info().n_vocab)
+                throw ApiError(400, "logit_bias names token " + std::to_string(t) + ", past the vocabulary's " +
+                                        std::to_string(model->info().n_vocab), "logit_bias");
         if (ids.size() > static_cast<size_t>(n_ctx))
             throw ApiError(400,
                            "the prompt has " + std::to_string(ids.size()) + " tokens but the context holds " +

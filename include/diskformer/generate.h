@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "diskformer/diskformer.h"
@@ -31,6 +32,9 @@ struct GenerateOptions {
     float repeat_penalty = 1;        // recent tokens: positive logits ÷ r, negative × r (1: off)
     float presence_penalty = 0;      // recent tokens: logit − this (0: off)
     float frequency_penalty = 0;     // recent tokens: logit − this × how often each occurs (0: off)
+    // Added to these tokens' logits before every choice (OpenAI's logit_bias: -100 all but bans a
+    // token, +100 all but forces it); each id must be in the vocabulary.
+    std::vector<std::pair<int32_t, float>> logit_bias;
     int penalty_window = 64;         // how many recent tokens (prompt included) the penalties see
     uint64_t seed = 0;               // same seed, options and prompt: same tokens
     // Speculative decoding by prompt lookup, for greedy decoding (temperature 0, no penalties):

@@ -97,6 +97,10 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         throw Error("generate: json_schema, json_before and json_after need json");
     std::optional<JsonSchema> schema;  // compiled before any work: a bad one is the caller's error
     if (!options.json_schema.empty()) schema = JsonSchema::compile(options.json_schema);
+    for (const auto& [t, bias] : options.logit_bias)
+        if (t >= session.model().info().n_vocab)
+            throw Error("generate: logit_bias names token " + std::to_string(t) + ", past the vocabulary's " +
+                        std::to_string(session.model().info().n_vocab));
     const auto& mi = session.model().impl();
     if (!mi.tokenizer) throw Error("this model has no usable tokenizer: " + mi.tokenizer_error);
     const auto& tok = *mi.tokenizer;

@@ -83,6 +83,10 @@ void check_options(const GenerateOptions& o) {
         bad("repeat_penalty must be positive (1: off), got " + num(o.repeat_penalty));
     if (!std::isfinite(o.presence_penalty)) bad("presence_penalty must be finite");
     if (!std::isfinite(o.frequency_penalty)) bad("frequency_penalty must be finite");
+    for (const auto& [id, bias] : o.logit_bias) {
+        if (id < 0) bad("logit_bias names token " + std::to_string(id));
+        if (!std::isfinite(bias)) bad("logit_bias of token " + std::to_string(id) + " must be finite");
+    }
     if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
         bad("logprobs must be -1 (off) or 0.." + std::to_string(kMaxTopLogprobs) + " alternatives, got " + std::to_string(o.logprobs));
     if (o.penalty_window < 0) bad("penalty_window must be 0 or positive, got " + std::to_string(o.penalty_window));
@@ -92,7 +96,7 @@ void check_options(const GenerateOptions& o) {
 
 Sampler::Sampler(const GenerateOptions& o)
     : o_(o),
-      plain_greedy_(o.temperature == 0 && (o.penalty_window == 0 || !has_penalties(o))),
+      plain_greedy_(o.temperature == 0 && (o.penalty_window == 0 || !has_penalties(o)) && o.logit_bias.empty()),
       rng_(o.seed) {}
 
 bool Sampler::has_penalties(const GenerateOptions& o) {
@@ -166,6 +170,11 @@ int32_t Sampler::sample(std::vector<float>& logits, std::span<const int32_t> rec
                         const std::function<bool(int32_t)>& allowed, const std::function<void(std::vector<float>&)>& mask) {
     if (logits.empty()) throw Error("generate: no logits to sample from");
     apply_penalties(logits, recent);
+    for (const auto& [t, bias] : o_.logit_bias) {
+        if (static_cast<size_t>(t) >= logits.size())
+            throw Error("generate: logit_bias names token " + std::to_string(t) + ", past the vocabulary's " + std::to_string(logits.size()));
+        logits[static_cast<size_t>(t)] += bias;
+    }
     const int32_t id = pick(logits);
     if (!allowed || allowed(id)) return id;
     if (mask) {

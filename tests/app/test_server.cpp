@@ -465,6 +465,20 @@ TEST(Server, AForcedToolChoiceAnswersWithThatCall) {
     }
 }
 
+// logit_bias: +100 on a token makes greedy decoding write nothing else.
+TEST(Server, LogitBiasSteersTheChoice) {
+    const char* name = "q3_4L_kmix";
+    Running s(name);
+    const std::vector<int32_t> x = model(name)->tokenize("x");
+    ASSERT_EQ(x.size(), 1u);
+    Json body = chat_body({{"user", "Say something."}}, 6);
+    body["logit_bias"] = {{std::to_string(x[0]), 100}};
+    body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    const Reply r = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    EXPECT_EQ(r.body["choices"][0]["message"]["content"], "xxxxxx");
+}
+
 TEST(Server, AConversationThatComesBackReusesItsSlot) {
     const Json a = chat_body({{"user", "First conversation: tell me about rivers and their sources."}}, 4);
     const Json b = chat_body({{"user", "Second one, quite different: what do bees make?"}}, 4);
@@ -534,6 +548,9 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs", "true or false"},
         {"/v1/completions", R"({"prompt": "x", "logprobs": -1})", "logprobs", "between 0 and 20"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 2.5})", "frequency_penalty", "between -2 and 2"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"abc": 1}})", "logit_bias", "token ids"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 101}})", "logit_bias", "between -100 and 100"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"99999999": 1}})", "logit_bias", "past the vocabulary"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0].function", "must be an object"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})", "tool_choice", "needs tools"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "always"})", "tool_choice", "\"required\""},

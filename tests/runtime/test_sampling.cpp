@@ -120,6 +120,23 @@ TEST(Sampler, Penalties) {
     EXPECT_FLOAT_EQ(l[2], -0.4f);
 }
 
+TEST(Sampler, LogitBias) {
+    GenerateOptions o = opts(0);
+    o.logit_bias = {{2, 5.0f}, {0, -100.0f}};
+    Sampler s(o);
+    EXPECT_FALSE(s.is_plain_greedy()) << "the backend's argmax does not know the biases";
+    std::vector<float> l{1.0f, 0.6f, -0.1f};
+    EXPECT_EQ(s.sample(l, {}), 2);
+    EXPECT_FLOAT_EQ(l[2], 4.9f);
+    EXPECT_FLOAT_EQ(l[0], -99.0f);
+    o.logit_bias = {{3, 1.0f}};
+    Sampler past(o);
+    l = {1.0f, 0.6f, -0.1f};
+    EXPECT_THROW(past.sample(l, {}), dfm::Error);
+    o.logit_bias = {{-1, 1.0f}};
+    EXPECT_THROW(dfm::sampling::check_options(o), dfm::Error);
+}
+
 TEST(Sampler, RejectsBadOptions) {
     auto bad = [](auto edit) {
         GenerateOptions o;
