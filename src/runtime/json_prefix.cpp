@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "runtime/utf8_lead.h"
+
 namespace diskformer {
 namespace {
 
@@ -56,11 +58,11 @@ bool JsonPrefix::string_byte(unsigned char c) {
         return true;
     }
     if (c < 0x80) return c >= 0x20;  // control characters must be escaped
-    // A lead byte (RFC 3629: no overlongs, surrogates or values past U+10FFFF).
-    if (c >= 0xC2 && c <= 0xDF) utf8_left_ = 1;
-    else if (c >= 0xE0 && c <= 0xEF) utf8_left_ = 2, utf8_lo_ = c == 0xE0 ? 0xA0 : 0x80, utf8_hi_ = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) utf8_left_ = 3, utf8_lo_ = c == 0xF0 ? 0x90 : 0x80, utf8_hi_ = c == 0xF4 ? 0x8F : 0xBF;
-    else return false;
+    unsigned more = 0, lo = 0, hi = 0;
+    if (!utf8_lead(c, more, lo, hi)) return false;
+    utf8_left_ = static_cast<uint8_t>(more);
+    utf8_lo_ = static_cast<uint8_t>(lo);
+    utf8_hi_ = static_cast<uint8_t>(hi);
     return true;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/utf8_lead.h"
+
 namespace diskformer {
 namespace {
 
@@ -11,14 +13,11 @@ constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 // past U+10FFFF), or 0.
 size_t valid_char_len(std::string_view s, size_t i) {
     const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-    const unsigned c = b(0);
-    if (c < 0x80) return 1;
-    size_t n = 0;
-    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    if (n == 0 || i + n > s.size() || b(1) < lo || b(1) > hi) return 0;
+    unsigned more = 0, lo = 0, hi = 0;
+    if (!utf8_lead(b(0), more, lo, hi)) return 0;
+    if (more == 0) return 1;
+    const size_t n = more + 1;
+    if (i + n > s.size() || b(1) < lo || b(1) > hi) return 0;
     for (size_t k = 2; k < n; ++k)
         if ((b(k) & 0xC0) != 0x80) return 0;
     return n;
