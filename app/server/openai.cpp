@@ -96,10 +96,11 @@ std::vector<diskformer::ToolCall> message_tool_calls(const Json& v, const std::s
     return calls;
 }
 
+bool blank(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
 std::string_view trim(std::string_view s) {
-    const auto ws = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
-    while (!s.empty() && ws(s.front())) s.remove_prefix(1);
-    while (!s.empty() && ws(s.back())) s.remove_suffix(1);
+    while (!s.empty() && blank(s.front())) s.remove_prefix(1);
+    while (!s.empty() && blank(s.back())) s.remove_suffix(1);
     return s;
 }
 
@@ -521,7 +522,7 @@ std::string ToolCallStream::push(std::string_view text) {
         held_.erase(0, open);
         in_call_ = true;
         // Whitespace before a call is not content (parse_tool_calls trims it).
-        while (!out.empty() && trim(std::string_view(&out.back(), 1)).empty()) {
+        while (!out.empty() && blank(out.back())) {
             held_.insert(held_.begin(), out.back());
             out.pop_back();
         }
@@ -534,7 +535,7 @@ std::string ToolCallStream::push(std::string_view text) {
             keep = k;
             break;
         }
-    while (keep < held_.size() && trim(std::string_view(&held_[held_.size() - keep - 1], 1)).empty()) ++keep;
+    while (keep < held_.size() && blank(held_[held_.size() - keep - 1])) ++keep;
     std::string out = held_.substr(0, held_.size() - keep);
     held_.erase(0, held_.size() - keep);
     return out;
