@@ -48,6 +48,9 @@ struct ModelInfo {
 class Model {
 public:
     static std::shared_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
+    // Loads another model onto `beside`'s backend (the same device, or the same CPU threads): a
+    // draft model next to its target (GenerateOptions::drafter).
+    static std::shared_ptr<Model> load_beside(const std::string& path, const Model& beside);
     ~Model();
     const ModelInfo& info() const;
 
@@ -57,6 +60,7 @@ public:
 
     struct Impl;
     Impl& impl() const { return *impl_; }
+    static std::shared_ptr<Model> make(std::unique_ptr<Impl> impl);  // internal (the loaders)
 
 private:
     explicit Model(std::unique_ptr<Impl> impl);

@@ -45,6 +45,14 @@ struct GenerateOptions {
     // Drafting pauses while a verify pass yields fewer tokens per ms than a plain step (timed as
     // generation goes, with probes); false drafts whenever the context offers a guess.
     bool draft_adaptive = true;
+    // Speculative decoding with a draft model: a session over a smaller model of the same
+    // vocabulary (Qwen3-0.6B beside Qwen3-4B, Qwen3.5-0.8B beside a Qwen3.5-27B; check_drafter
+    // says whether one fits) guesses the `draft` tokens by its own greedy decoding instead of
+    // prompt lookup, and keeps its cache between calls like any session (a hybrid drafter
+    // rewinds through its checkpoints: keep SessionOptions::checkpoints above 0). The answer is
+    // still the target's greedy answer token for token. Null, or a drafter whose context cannot
+    // hold the prompt: prompt lookup.
+    Session* drafter = nullptr;
     // JSON mode: the answer (after any thinking) is one JSON object and nothing else. Tokens that
     // would break JSON syntax are never chosen (a choice that would is redrawn from the tokens
     // that keep it valid, as llama.cpp's grammars do), control tokens are refused inside it, and
@@ -71,6 +79,10 @@ struct GenerateOptions {
     // handler to end generation early (StopReason::aborted). Not cleared by generate().
     const std::atomic<bool>* abort = nullptr;
 };
+
+// Throws Error unless `drafter` can draft for `target` (GenerateOptions::drafter): both have a
+// tokenizer with the same tokens in the same order and the same end token.
+void check_drafter(const Model& target, const Model& drafter);
 
 // Throws Error naming what a JSON Schema uses that GenerateOptions::json_schema cannot enforce.
 void check_json_schema(std::string_view schema_json);

@@ -8,6 +8,7 @@
 
 #include "diskformer/generate.h"
 #include "runtime/draft.h"
+#include "runtime/draft_model.h"
 #include "runtime/json_tokens.h"
 #include "runtime/model_impl.h"
 #include "runtime/sampling.h"
@@ -103,6 +104,8 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
                         std::to_string(session.model().info().n_vocab));
     const auto& mi = session.model().impl();
     if (!mi.tokenizer) throw Error("this model has no usable tokenizer: " + mi.tokenizer_error);
+    if (options.drafter == &session) throw Error("generate: the drafter must be a session of its own");
+    if (options.drafter) check_drafter(session.model(), options.drafter->model());
     const auto& tok = *mi.tokenizer;
     if (prompt.empty()) throw Error("generate: the prompt is empty");
     if (prompt.size() > static_cast<size_t>(session.n_ctx()))
@@ -116,9 +119,21 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         r.stop = StopReason::aborted;
         return r;
     }
-    const Prefill pre = prefill(session, prompt, options);
-    r.stats.prefill_ms = ms_between(t0, Clock::now());
+    Prefill pre = prefill(session, prompt, options);
     r.stats.reused_tokens = pre.reused;
+    sampling::Sampler sampler(options);
+    // Speculation (greedy only; not with log-probabilities, whose verify passes would leave the
+    // logits of their last row only, nor in JSON mode).
+    const bool want_logprobs = options.logprobs >= 0;
+    const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0 && !want_logprobs &&
+                           !options.json;
+    // A draft model reads the prompt too (in the prompt's time); one whose context cannot hold
+    // it sits this answer out.
+    Session* drafter = speculate && options.drafter && prompt.size() < static_cast<size_t>(options.drafter->n_ctx())
+                           ? options.drafter
+                           : nullptr;
+    if (drafter && !pre.aborted) pre.aborted = prefill(*drafter, prompt, options).aborted;
+    r.stats.prefill_ms = ms_between(t0, Clock::now());
     if (pre.aborted) {
         r.stop = StopReason::aborted;
         return r;
@@ -128,7 +143,6 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         return r;
     }
 
-    sampling::Sampler sampler(options);
     TextStream text(tok, options.stop, TextStream::start_part(tok, prompt));
     // The penalty window: the last tokens of prompt + generation.
     const size_t window = static_cast<size_t>(options.penalty_window);
@@ -136,10 +150,6 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     int32_t greedy_next = sampler.is_plain_greedy() ? session.argmax() : -1;
     // Speculation: prompt + answer (the drafts' source), and the draft tokens a verify pass
     // kept, already evaluated, to be emitted before the next choice.
-    // (Not with log-probabilities: a verify pass leaves the logits of its last row only.)
-    const bool want_logprobs = options.logprobs >= 0;
-    const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0 && !want_logprobs &&
-                           !options.json;
     // JSON mode: the answer so far, and which tokens may follow it.
     std::optional<JsonTokens> json;
     if (options.json) json.emplace(tok, mi.token_trie(), schema ? &*schema : nullptr, options.json_before, options.json_after);
@@ -206,6 +216,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         if (end) break;
         if (evaluated) continue;  // its successor is the next kept token, or the pass's argmax
         std::vector<int32_t> guess;
+        const auto t_eval = Clock::now();  // a pass's time includes its drafting
         if (speculate && skip > 0) {
             --skip;
         } else if (speculate && (paid() || passes < 2 || since_pass >= probe)) {
@@ -214,11 +225,16 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             size_t room = std::min<size_t>(static_cast<size_t>(options.draft),
                                            static_cast<size_t>(session.n_ctx() - session.n_cached() - 1));
             if (options.max_tokens >= 0) room = std::min(room, static_cast<size_t>(options.max_tokens) - r.tokens.size() - 1);
-            guess = draft::prompt_lookup(context, static_cast<int>(std::min<size_t>(room, 64)));
-            guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
-            if (!paid() && guess.size() > 1) guess.erase(guess.begin() + 1, guess.end());  // a probe: the cheapest pass
+            room = std::min<size_t>(room, 64);
+            if (!paid()) room = std::min<size_t>(room, 1);  // a probe: the cheapest pass
+            if (drafter) {
+                guess = draft::from_model(*drafter, context, static_cast<int>(std::min<size_t>(room, session.max_draft())),
+                                          session.model().info().n_vocab, tok);
+            } else {
+                guess = draft::prompt_lookup(context, static_cast<int>(room));
+                guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
+            }
         }
-        const auto t_eval = Clock::now();
         if (guess.empty()) {
             greedy_next = session.step(id);
             if (!sampler.is_plain_greedy()) greedy_next = -1;

@@ -25,11 +25,13 @@ std::shared_ptr<df::Backend> make_backend(const ModelOptions& o) {
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
-std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto impl = std::make_unique<Impl>();
+namespace {
+
+std::shared_ptr<Model> load_on(const std::string& path, std::shared_ptr<df::Backend> backend,
+                               std::chrono::steady_clock::time_point t0) {
+    auto impl = std::make_unique<Model::Impl>();
     try {
-        impl->backend = make_backend(options);
+        impl->backend = std::move(backend);
         impl->model = df::model::Model::load(path, impl->backend);
     } catch (const Error&) {
         throw;
@@ -52,7 +54,28 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     info.n_ctx_train = c.n_ctx_train;
     info.weight_bytes = impl->model->weight_bytes();
     info.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return std::shared_ptr<Model>(new Model(std::move(impl)));
+    return Model::make(std::move(impl));
+}
+
+}  // namespace
+
+std::shared_ptr<Model> Model::make(std::unique_ptr<Impl> impl) { return std::shared_ptr<Model>(new Model(std::move(impl))); }
+
+std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<df::Backend> backend;
+    try {
+        backend = make_backend(options);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw Error(e.what());
+    }
+    return load_on(path, std::move(backend), t0);
+}
+
+std::shared_ptr<Model> Model::load_beside(const std::string& path, const Model& beside) {
+    return load_on(path, beside.impl().backend, std::chrono::steady_clock::now());
 }
 
 const ModelInfo& Model::info() const { return impl_->info; }
