@@ -3,9 +3,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <string>
 
 #include "diskformer/diskformer.h"
+#include "diskformer/generate.h"
 
 struct ModelArgs {
     std::string path;
@@ -39,5 +41,28 @@ struct ModelArgs {
         o.chunk = chunk;
         o.kv_type = kv_type == "f32" ? diskformer::KvType::f32 : diskformer::KvType::f16;
         return o;
+    }
+};
+
+// A draft model for speculative decoding (run, chat, serve).
+struct DraftArgs {
+    std::string path;
+
+    void add_to(CLI::App& cmd) {
+        cmd.add_option("--draft-model", path,
+                       "a smaller GGUF model with the same tokenizer that guesses the --draft tokens (speculative "
+                       "decoding, greedy only: e.g. Qwen3-0.6B beside Qwen3-4B)")
+            ->check(CLI::ExistingFile);
+    }
+    // Loads it onto the target's backend and checks that it fits; null without --draft-model.
+    std::shared_ptr<diskformer::Model> load(const diskformer::Model& target) const {
+        if (path.empty()) return nullptr;
+        try {
+            auto m = diskformer::Model::load_beside(path, target);
+            diskformer::check_drafter(target, *m);
+            return m;
+        } catch (const diskformer::Error& e) {
+            throw diskformer::Error("--draft-model " + path + ": " + e.what());
+        }
     }
 };

@@ -16,6 +16,7 @@ namespace {
 
 struct ChatArgs {
     ModelArgs model;
+    DraftArgs draft;
     GenArgs gen;
 };
 
@@ -54,6 +55,11 @@ bool command(diskformer::Chat& chat, const std::string& line) {
 void run(ChatArgs& a) {
     auto model = diskformer::Model::load(a.model.path, a.model.model_options());
     diskformer::Session session(model, a.model.session_options());
+    std::unique_ptr<diskformer::Session> drafter;
+    if (auto dm = a.draft.load(*model)) {
+        drafter = std::make_unique<diskformer::Session>(dm, a.model.session_options());
+        a.gen.sampling.default_draft_for_model();
+    }
     diskformer::Chat chat(session, {.system = a.gen.system, .thinking = a.gen.thinking(), .keep_reasoning = true});
     if (!chat.template_warning().empty()) std::fprintf(stderr, "warning: %s\n", chat.template_warning().c_str());
     const auto& info = model->info();
@@ -61,6 +67,7 @@ void run(ChatArgs& a) {
          std::to_string(session.n_ctx()) + " tokens)");
     note(std::string(kHelp) + " · Ctrl-D or Ctrl-C at the prompt exits");
     diskformer::GenerateOptions o = a.gen.options();
+    o.drafter = drafter.get();
     install_interrupt_handler();
     o.abort = &interrupt_flag();
     LineEditor editor;
@@ -97,5 +104,6 @@ void register_chat(CLI::App& app) {
     auto* cmd = app.add_subcommand("chat", "Talk with a model in the terminal (multi-turn; the conversation stays cached)");
     a->model.add_to(*cmd);
     a->gen.add_to(*cmd);
+    a->draft.add_to(*cmd);
     cmd->callback([a] { run(*a); });
 }

@@ -16,6 +16,7 @@ namespace {
 
 struct RunArgs {
     ModelArgs model;
+    DraftArgs draft;
     GenArgs gen;
     std::string prompt, prompt_file;
     bool raw = false;
@@ -32,7 +33,13 @@ int run(RunArgs& a) {
     const std::string prompt = read_prompt(a);
     auto model = diskformer::Model::load(a.model.path, a.model.model_options());
     diskformer::Session session(model, a.model.session_options());
+    std::unique_ptr<diskformer::Session> drafter;
+    if (auto dm = a.draft.load(*model)) {
+        drafter = std::make_unique<diskformer::Session>(dm, a.model.session_options());
+        a.gen.sampling.default_draft_for_model();
+    }
     diskformer::GenerateOptions o = a.gen.options();
+    o.drafter = drafter.get();
     install_interrupt_handler();
     o.abort = &interrupt_flag();
     PiecePrinter print(stdout, a.gen.hide_think);
@@ -61,6 +68,7 @@ void register_run(CLI::App& app) {
     cmd->add_flag("--raw", a->raw,
                   "feed the prompt as is, without the chat template (control tokens like <|im_start|> in it are parsed)");
     a->gen.add_to(*cmd);
+    a->draft.add_to(*cmd);
     cmd->callback([a, p, f] {
         if (p->count() == 0 && f->count() == 0) throw CLI::RequiredError("-p,--prompt or -f,--file");
         const int code = run(*a);

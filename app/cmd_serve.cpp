@@ -22,6 +22,7 @@ namespace {
 
 struct ServeArgs {
     ModelArgs model;
+    DraftArgs draft;
     df::server::ServerOptions server;
     SamplingArgs defaults;  // for the fields a request leaves out
 };
@@ -38,15 +39,17 @@ void serve(ServeArgs& a) {
     if (o.api_key.empty())
         if (const char* k = std::getenv("DISKFORMER_API_KEY")) o.api_key = k;
     o.session = a.model.session_options();
-    a.defaults.apply(o.defaults);
-
     auto model = diskformer::Model::load(a.model.path, a.model.model_options());
+    if ((o.draft_model = a.draft.load(*model))) a.defaults.default_draft_for_model();
+    a.defaults.apply(o.defaults);
     df::server::Server server(model, o);
     const int port = server.bind();
     const auto& info = model->info();
-    std::fprintf(stderr, "serving %s (%s, %s backend, %d slot%s of %d tokens) on http://%s:%d/v1%s\n", o.model_id.c_str(),
-                 info.arch.c_str(), info.backend.c_str(), o.slots, o.slots == 1 ? "" : "s", server.n_ctx(), o.host.c_str(), port,
-                 o.api_key.empty() ? "" : " (API key required)");
+    const std::string drafting =
+        o.draft_model ? ", drafts of " + std::to_string(o.defaults.draft) + " by " + std::filesystem::path(a.draft.path).stem().string() : "";
+    std::fprintf(stderr, "serving %s (%s, %s backend, %d slot%s of %d tokens%s) on http://%s:%d/v1%s\n", o.model_id.c_str(),
+                 info.arch.c_str(), info.backend.c_str(), o.slots, o.slots == 1 ? "" : "s", server.n_ctx(), drafting.c_str(),
+                 o.host.c_str(), port, o.api_key.empty() ? "" : " (API key required)");
     std::atomic<bool> returned{false};
     std::thread waiter([&server, &returned, stop_signals] {
         int sig = 0;
@@ -78,5 +81,6 @@ void register_serve(CLI::App& app) {
     cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (default: $DISKFORMER_API_KEY; none)");
     cmd->add_flag("!--no-log", s.log, "do not print a line per request");
     a->defaults.add_to(*cmd);  // the defaults for fields a request leaves out
+    a->draft.add_to(*cmd);
     cmd->callback([a] { serve(*a); });
 }

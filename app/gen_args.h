@@ -18,6 +18,7 @@ struct SamplingArgs {
     int max_tokens = -1;
     float temperature = 0, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1, presence_penalty = 0, frequency_penalty = 0;
     int top_k = 40, repeat_last_n = 64, draft = 0;
+    CLI::Option* draft_option = nullptr;
 
     void add_to(CLI::App& cmd) {
         cmd.add_option("-n,--max-tokens", max_tokens, "new tokens per answer at most (-1: until the model ends or the context is full)")
@@ -30,10 +31,16 @@ struct SamplingArgs {
         cmd.add_option("--presence-penalty", presence_penalty, "subtract from recently seen tokens' logits (0: off)");
         cmd.add_option("--frequency-penalty", frequency_penalty, "subtract this times how often a recent token occurs (0: off)");
         cmd.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens the penalties see")->capture_default_str()->check(CLI::NonNegativeNumber);
-        cmd.add_option("--draft", draft,
-                       "speculative decoding by prompt lookup, greedy only: verify up to N drafted tokens per pass "
-                       "(the same answer, faster where text repeats; 0: off)")
-            ->check(CLI::Range(0, 64));
+        draft_option = cmd.add_option("--draft", draft,
+                                      "speculative decoding, greedy only: verify up to N drafted tokens per pass, guessed by "
+                                      "prompt lookup (faster where text repeats) or by --draft-model (default 7 with it); the "
+                                      "same answer either way (0: off)")
+                           ->check(CLI::Range(0, 64));
+    }
+
+    // With a draft model, --draft defaults to a full verify pass (7 drafted tokens).
+    void default_draft_for_model() {
+        if (draft_option && draft_option->count() == 0) draft = 7;
     }
 
     void apply(diskformer::GenerateOptions& o) const {

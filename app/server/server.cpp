@@ -45,6 +45,7 @@ struct Server::Impl {
     std::mutex compute;
     struct Slot {
         std::unique_ptr<Session> session;
+        std::unique_ptr<Session> drafter;  // with a draft model: its cache follows the slot's
         uint64_t used = 0;  // when it last served (a counter), for least-recently-used choice
     };
     std::vector<Slot> slots;
@@ -60,16 +61,21 @@ struct Server::Impl {
 
     Impl(std::shared_ptr<diskformer::Model> m, ServerOptions o) : model(std::move(m)), opt(std::move(o)) {
         if (opt.slots < 1) throw Error("serve: --slots must be at least 1");
-        for (int i = 0; i < opt.slots; ++i) slots.push_back({std::make_unique<Session>(model, opt.session), 0});
+        if (opt.draft_model) diskformer::check_drafter(*model, *opt.draft_model);
+        for (int i = 0; i < opt.slots; ++i)
+            slots.push_back({std::make_unique<Session>(model, opt.session),
+                             opt.draft_model ? std::make_unique<Session>(opt.draft_model, opt.session) : nullptr, 0});
         n_ctx = slots[0].session->n_ctx();
         // The first passes load kernels and record the decode graph (CUDA): now, not in the
         // first request's time to first token.
-        for (auto& s : slots) {
-            s.session->set_prompt(std::vector<int32_t>{0});
-            s.session->step(s.session->argmax());
-            s.session->reset();
-            s.session->reset_stats();
-        }
+        for (auto& s : slots)
+            for (Session* x : {s.session.get(), s.drafter.get()}) {
+                if (!x) continue;
+                x->set_prompt(std::vector<int32_t>{0});
+                x->step(x->argmax());
+                x->reset();
+                x->reset_stats();
+            }
         routes();
     }
 
@@ -130,10 +136,12 @@ struct Server::Impl {
         Slot& slot = pick(prompt);
         diskformer::GenerateOptions o = r.gen;
         o.abort = &abort;
+        o.drafter = slot.drafter.get();
         try {
             return diskformer::generate(*slot.session, prompt, o, on_piece);
         } catch (...) {
             slot.session->reset();  // whatever failed mid-pass, the next request starts clean
+            if (slot.drafter) slot.drafter->reset();
             throw;
         }
     }

@@ -27,6 +27,9 @@ struct ServerOptions {
     std::string api_key;                    // when set, /v1/* need "Authorization: Bearer <key>"
     diskformer::SessionOptions session;     // each slot's context, chunk and KV type
     diskformer::GenerateOptions defaults;   // sampling for the fields a request leaves out
+    // A draft model beside the target (check_drafter): each slot gets a drafter session of the
+    // same context, used by greedy requests whose "draft" (default: defaults.draft) is above 0.
+    std::shared_ptr<diskformer::Model> draft_model;
     bool log = true;                        // one line per request on stderr
 };
 

@@ -100,12 +100,29 @@ TEST(Run, BadInputIsOneLineAndExitOne) {
     expect_one_line_error(diskformer("chat -m /no/such/model.gguf"), "/no/such/model.gguf");
 }
 
+TEST(Run, ADraftModelGivesTheSameAnswer) {
+    const std::string args = "run -m " + model("q35_4L_iq2mix") + " --raw -p 'def main():\n    print(' -n 40";
+    const Outcome plain = diskformer(args);
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    for (const char* drafter : {"q35_4L_iq2mix", "q3_4L_kmix"}) {
+        const std::string path = (df::test::golden_dir() / "models" / (std::string(drafter) + ".gguf")).string();
+        const Outcome r = diskformer(args + " --draft-model '" + path + "'");
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_EQ(r.out, plain.out) << drafter;
+        EXPECT_NE(r.err.find(" · drafts "), std::string::npos) << "drafting is on by default with a draft model: " << r.err;
+    }
+    // Not a model, and a model with another tokenizer: one line naming the option.
+    const std::string vocab_only = (df::test::golden_dir() / "tokenizer" / "ggml-vocab-qwen35.gguf").string();
+    expect_one_line_error(diskformer(args + " --draft-model '" + vocab_only + "'"), "--draft-model");
+}
+
 TEST(Run, HelpOnEveryCommand) {
     for (const char* cmd : {"run", "chat"}) {
         const Outcome r = diskformer(std::string(cmd) + " --help");
         EXPECT_EQ(r.code, 0);
         EXPECT_NE(r.out.find("--temp"), std::string::npos) << r.out;
         EXPECT_NE(r.out.find("--model"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("--draft-model"), std::string::npos) << r.out;
     }
 }
 

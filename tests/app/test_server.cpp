@@ -215,6 +215,36 @@ TEST_P(ServerModels, StreamAddsUpToTheWholeAnswer) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, ServerModels, ::testing::Values("q3_4L_kmix", "q35_4L_iq2mix"));
 
+TEST(Server, ADraftModelGivesTheLibrarysAnswer) {
+    for (const auto& [target, drafter] : std::vector<std::pair<const char*, const char*>>{
+             {"q3_4L_kmix", "q35_4L_iq2mix"}, {"q35_4L_iq2mix", "q35_4L_iq2mix"}}) {
+        SCOPED_TRACE(std::string(target) + " by " + drafter);
+        ds::ServerOptions o = options();
+        o.draft_model = model(drafter);
+        o.defaults.draft = 7;
+        o.defaults.draft_adaptive = false;  // draft whenever possible: the drafter must be used
+        Running s(target, o);
+        const auto want = library_answer(target, to_messages(kConversation), 24);
+        for (int round = 0; round < 2; ++round) {  // the second reuses both caches
+            const Reply r = post(s, "/v1/chat/completions", chat_body(kConversation, 24));
+            ASSERT_EQ(r.status, 200) << r.body.dump();
+            EXPECT_EQ(r.body["choices"][0]["message"]["content"], want.text);
+            EXPECT_EQ(r.body["choices"][0]["message"].value("reasoning_content", ""), want.reasoning);
+            EXPECT_GT(r.body["timings"]["draft_n"].get<int>(), 0) << r.body.dump();
+            if (std::string(target) == drafter) {
+                EXPECT_EQ(r.body["timings"]["draft_n_accepted"], r.body["timings"]["draft_n"]);
+            }
+        }
+        // "draft": 0 turns it off for a request.
+        Json off = chat_body(kConversation, 24);
+        off["draft"] = 0;
+        const Reply r = post(s, "/v1/chat/completions", off);
+        ASSERT_EQ(r.status, 200);
+        EXPECT_EQ(r.body["choices"][0]["message"]["content"], want.text);
+        EXPECT_EQ(r.body["timings"]["draft_n"], 0);
+    }
+}
+
 TEST(Server, CompletionsTakeARawPromptWithControlTokens) {
     Running s("q3_4L_kmix");
     const std::string prompt = "<|im_start|>user\nCount to five.<|im_end|>\n<|im_start|>assistant\n";

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "diskformer/diskformer.h"
+#include "diskformer/generate.h"
 #include "common/golden.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
@@ -261,6 +262,38 @@ TEST(CudaModel, VerifyKeepsWhatGreedyStepsWouldProduce) {
         }
         EXPECT_EQ(s.step(g[at]), g[at + 1]);
         EXPECT_TRUE(same(s.logits(), logits[at]));
+    }
+}
+
+// A draft model beside its target on one device (two sessions' graphs on one backend): the
+// answer is the target's greedy answer; a target drafting for itself has every guess kept.
+TEST(CudaModel, ADraftModelBesideItsTargetGivesTheTargetsAnswer) {
+    DF_REQUIRE_CUDA();
+    diskformer::ModelOptions mo;
+    mo.backend = diskformer::BackendKind::cuda;
+    const fs::path dir = golden_dir() / "models";
+    for (const auto& [tname, dname] : std::vector<std::pair<std::string, std::string>>{
+             {"q3_4L_kmix", "q35_4L_iq2mix"}, {"q35_4L_iq2mix", "q3_4L_kmix"}, {"q35_4L_iq2mix", "q35_4L_iq2mix"}}) {
+        SCOPED_TRACE(tname + " by " + dname);
+        auto target = diskformer::Model::load((dir / (tname + ".gguf")).string(), mo);
+        auto drafter = diskformer::Model::load_beside((dir / (dname + ".gguf")).string(), *target);
+        const auto prompt = target->tokenize("def main():\n    print(");
+        diskformer::GenerateOptions o;
+        o.max_tokens = 80;
+        diskformer::Session plain(target, {.ctx = 512});
+        const auto want = diskformer::generate(plain, prompt, o);
+        o.draft = 7;
+        o.draft_adaptive = false;
+        diskformer::Session s(target, {.ctx = 512}), d(drafter, {.ctx = 512});
+        o.drafter = &d;
+        for (int round = 0; round < 2; ++round) {  // the second reuses both caches and replays graphs
+            const auto got = diskformer::generate(s, prompt, o);
+            EXPECT_EQ(got.tokens, want.tokens);
+            EXPECT_GT(got.stats.drafted_tokens, 0);
+            if (tname == dname) {
+                EXPECT_EQ(got.stats.accepted_tokens, got.stats.drafted_tokens);
+            }
+        }
     }
 }
 
