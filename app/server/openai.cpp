@@ -164,10 +164,19 @@ void force_tool_call(const Json& choice, const std::vector<std::string>& names,
             }
         }
     }
-    const OJ schema = {{"type", "object"},
-                       {"properties", {{"name", name}, {"arguments", arguments}}},
-                       {"required", {"name", "arguments"}},
-                       {"additionalProperties", false}};
+    OJ schema = {{"type", "object"},
+                 {"properties", {{"name", name}, {"arguments", arguments}}},
+                 {"required", {"name", "arguments"}},
+                 {"additionalProperties", false}};
+    // The parameters' references ("#/$defs/…") point into the parameters' own document: their
+    // definitions go to the top of the call's schema (a reference to "#" itself would point at
+    // the call, not the parameters: such parameters are left to the prompt).
+    if (arguments.is_object() && arguments.dump().find(R"("$ref":"#")") != std::string::npos) {
+        schema["properties"]["arguments"] = {{"type", "object"}};
+    } else if (arguments.is_object()) {
+        for (const char* defs : {"$defs", "definitions"})
+            if (arguments.contains(defs)) schema[defs] = arguments[defs];
+    }
     r.gen.json = true;
     r.gen.json_schema = schema.dump();
     r.gen.json_before = "<tool_call>\n";

@@ -60,10 +60,12 @@ struct GenerateOptions {
     // string comes first). Costs the logits on the host each answer token; drafting is off.
     bool json = false;
     // With json: a JSON Schema the object must follow (empty: any object). The subset structured
-    // output asks for: type, string enum / const, properties (written in their declared order,
-    // optional ones may be left out), required, additionalProperties false, items, minItems,
-    // maxItems; annotations (title, description, format, …) have no effect. A keyword outside it
-    // is an Error, never ignored (check_json_schema says so up front).
+    // output asks for (pydantic, OpenAI's strict mode): type, nullable, enum / const of any
+    // scalar, properties (written in their declared order, optional ones may be left out),
+    // required, additionalProperties false, items, minItems, maxItems, minLength, maxLength,
+    // $ref into the schema ($defs, recursion), anyOf / oneOf whose branches allow different
+    // types, allOf of one; annotations (title, description, format, …) have no effect. A keyword
+    // outside it is an Error, never ignored (check_json_schema says so up front).
     std::string json_schema;
     // With json: literal text the answer starts with before the object and ends with after it
     // (the server forces a function call with "<tool_call>\n" and "\n</tool_call>"). Special

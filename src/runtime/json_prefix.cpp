@@ -41,7 +41,7 @@ bool JsonPrefix::allows(std::string_view bytes) const {
 bool JsonPrefix::feed(std::string_view bytes) {
     for (const char ch : bytes) {
         const auto c = static_cast<unsigned char>(ch);
-        const bool outside = mode_ != Mode::string && mode_ != Mode::escape && mode_ != Mode::unicode;
+        const bool outside = mode_ != Mode::string && mode_ != Mode::escape && mode_ != Mode::unicode && mode_ != Mode::choice;
         if (outside && is_ws(c) && ++ws_ > kMaxWhitespace) return false;
         if (!is_ws(c) || !outside) ws_ = 0;
         if (!step(c)) return false;
@@ -105,8 +105,7 @@ bool JsonPrefix::may_add_key() const {
 }
 
 bool JsonPrefix::match_byte(unsigned char c) {
-    const auto& n = schema_->node(match_ == Match::key ? frames_.back().node : value_node_);
-    const auto& texts = match_ == Match::key ? n.keys : n.enums;
+    const auto& texts = schema_->node(frames_.back().node).keys;
     for (uint64_t bits = cand_; bits; bits &= bits - 1) {
         const int i = std::countr_zero(bits);
         const std::string& t = texts[static_cast<size_t>(i)];
@@ -117,20 +116,36 @@ bool JsonPrefix::match_byte(unsigned char c) {
 }
 
 bool JsonPrefix::match_end() {
-    const bool key = match_ == Match::key;
-    const auto& n = schema_->node(key ? frames_.back().node : value_node_);
-    const auto& texts = key ? n.keys : n.enums;
+    const auto& n = schema_->node(frames_.back().node);
     for (uint64_t bits = cand_; bits; bits &= bits - 1) {
         const int i = std::countr_zero(bits);
-        if (texts[static_cast<size_t>(i)].size() != cand_pos_) continue;
-        if (key) {
-            frames_.back().next = i + 1;
-            value_node_ = n.values[static_cast<size_t>(i)];
-        }
+        if (n.keys[static_cast<size_t>(i)].size() != cand_pos_) continue;
+        frames_.back().next = i + 1;
+        value_node_ = n.values[static_cast<size_t>(i)];
         match_ = Match::none;
         return true;
     }
     return false;
+}
+
+bool JsonPrefix::choice_byte(unsigned char c) {
+    const auto& texts = schema_->node(value_node_).choices;
+    uint64_t next = 0;
+    bool whole = false;  // a candidate ends here
+    for (uint64_t bits = cand_; bits; bits &= bits - 1) {
+        const int i = std::countr_zero(bits);
+        const std::string& t = texts[static_cast<size_t>(i)];
+        if (cand_pos_ < t.size() && static_cast<unsigned char>(t[cand_pos_]) == c) next |= uint64_t{1} << i;
+        else if (cand_pos_ == t.size()) whole = true;
+    }
+    if (next) {
+        cand_ = next;
+        ++cand_pos_;
+        return true;
+    }
+    if (!whole) return false;
+    end_value();  // the value was one of the texts; c belongs to what follows it
+    return step(c);
 }
 
 // ---- syntax ------------------------------------------------------------------------------------
@@ -155,10 +170,25 @@ void JsonPrefix::close_container() {
 }
 
 bool JsonPrefix::begin_value(unsigned char c) {
+    str_min_ = 0;
+    str_max_ = INT_MAX;
     if (schema_) {
-        const auto& n = schema_->node(value_node_);
+        // Through refs and anyOf branches to the schema a value starting with c must meet.
+        const int at = schema_->resolve(value_node_, type_of(c));
+        if (at < 0) return false;
+        value_node_ = at;
+        const auto& n = schema_->node(at);
         if (!(n.types & type_of(c))) return false;
         int_only_ = !(n.types & JsonSchema::kNumber);
+        if (n.choice_types & type_of(c)) {
+            const size_t k = n.choices.size();
+            cand_ = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
+            cand_pos_ = 0;
+            mode_ = Mode::choice;
+            return choice_byte(c);
+        }
+        str_min_ = n.min_length;
+        str_max_ = n.max_length;
     }
     switch (c) {
         case '{':
@@ -171,14 +201,8 @@ bool JsonPrefix::begin_value(unsigned char c) {
         case '"':
             mode_ = Mode::string;
             key_ = false;
-            if (schema_ && !schema_->node(value_node_).enums.empty()) {
-                const size_t k = schema_->node(value_node_).enums.size();
-                cand_ = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
-                cand_pos_ = 0;
-                match_ = Match::value;
-            } else {
-                match_ = Match::none;
-            }
+            match_ = Match::none;
+            chars_ = 0;
             return true;
         case 't': lit_ = "rue"; mode_ = Mode::literal; return true;
         case 'f': lit_ = "alse"; mode_ = Mode::literal; return true;
@@ -193,7 +217,7 @@ bool JsonPrefix::begin_value(unsigned char c) {
 }
 
 bool JsonPrefix::step(unsigned char c) {
-    // A key or enum string is matched against its candidates byte by byte, escapes included.
+    // A declared key is matched against its candidates byte by byte, escapes included.
     const bool in_string = mode_ == Mode::string || mode_ == Mode::escape || mode_ == Mode::unicode;
     if (in_string && match_ != Match::none && !(mode_ == Mode::string && c == '"') && !match_byte(c)) return false;
     switch (mode_) {
@@ -209,6 +233,8 @@ bool JsonPrefix::step(unsigned char c) {
                 if (!may_open_key()) return false;
                 mode_ = Mode::string;
                 key_ = true;
+                chars_ = str_min_ = 0;
+                str_max_ = INT_MAX;
                 return true;
             }
             if (c == '}' && mode_ == Mode::obj_key_or_end && may_close_object()) {
@@ -265,10 +291,12 @@ bool JsonPrefix::step(unsigned char c) {
             if (utf8_left_ > 0) return string_byte(c);  // a character's continuation bytes
             if (c == '"') {
                 if (match_ != Match::none && !match_end()) return false;
+                if (chars_ < str_min_) return false;
                 if (key_) mode_ = Mode::colon;
                 else end_value();
                 return true;
             }
+            if (++chars_ > str_max_) return false;  // a character starts (a byte, a lead byte or an escape)
             if (c == '\\') {
                 mode_ = Mode::escape;
                 return true;
@@ -328,6 +356,8 @@ bool JsonPrefix::step(unsigned char c) {
             if (c != static_cast<unsigned char>(*lit_)) return false;
             if (*++lit_ == '\0') end_value();
             return true;
+        case Mode::choice:
+            return choice_byte(c);
         case Mode::done:
             return is_ws(c);
     }

@@ -4,6 +4,7 @@
 // the answer when the object closes.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -46,6 +47,7 @@ private:
         unicode,         // inside \uXXXX (sub_ hex digits left)
         number,          // inside a number (sub_: which part)
         literal,         // inside true / false / null (lit_ the rest to match)
+        choice,          // inside a value an enum / const restricts (cand_: the texts it still matches)
         done,
     };
     bool step(unsigned char c);
@@ -57,15 +59,16 @@ private:
     bool may_open_key();    // '"' where a key begins: sets the key's candidates
     bool may_close_object() const;
     bool may_add_key() const;  // ',' after a value in an object
-    bool match_byte(unsigned char c);  // a key's or an enum string's next byte
+    bool match_byte(unsigned char c);  // a declared key's next byte
     bool match_end();                  // its closing quote
+    bool choice_byte(unsigned char c);  // the next byte of an enum / const value (or what follows it)
 
     struct Frame {
         int node;   // the container's schema
         int next;   // object: the next declared property that may come
         int count;  // array: items so far
     };
-    enum class Match : uint8_t { none, key, value };
+    enum class Match : uint8_t { none, key };
 
     Mode mode_ = Mode::start;
     uint8_t sub_ = 0;
@@ -83,6 +86,7 @@ private:
     Match match_ = Match::none;
     uint64_t cand_ = 0;
     uint32_t cand_pos_ = 0;
+    int chars_ = 0, str_min_ = 0, str_max_ = INT_MAX;  // the string value's characters so far, its bounds
 };
 
 // JSON mode's whole answer: literal text `before`, one JSON object (JsonPrefix), literal text

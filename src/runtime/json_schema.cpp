@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
+#include <map>
 #include <string>
 
 #include "diskformer/diskformer.h"
@@ -40,8 +42,24 @@ int bound(const OJ& v, const std::string& at, const char* key) {
     return static_cast<int>(v.get<int64_t>());
 }
 
+bool annotation(const std::string& k) {
+    return k == "title" || k == "description" || k == "default" || k == "examples" || k == "format" || k == "$schema" ||
+           k == "$id" || k == "$comment" || k == "strict" || k == "$defs" || k == "definitions";
+}
+
+// The type of an enum value (a scalar), or 0 for arrays and objects.
+uint8_t value_type(const OJ& v) {
+    if (v.is_string()) return JsonSchema::kString;
+    if (v.is_boolean()) return JsonSchema::kBoolean;
+    if (v.is_null()) return JsonSchema::kNull;
+    if (v.is_number_integer()) return JsonSchema::kInteger | JsonSchema::kNumber;
+    if (v.is_number()) return JsonSchema::kNumber;
+    return 0;
+}
+
 class Compiler {
 public:
+    explicit Compiler(const OJ& root) : root_(root) {}
     std::vector<JsonSchema::Node> nodes{JsonSchema::Node{}};  // node 0: any value
 
     int add(const OJ& s, const std::string& at) {
@@ -50,6 +68,8 @@ public:
             return 0;
         }
         if (!s.is_object()) fail(at, "a schema must be an object or true");
+        for (const char* k : {"$ref", "anyOf", "oneOf", "allOf"})
+            if (s.contains(k)) return composite(s, k, at);
         JsonSchema::Node n;
         bool typed = false;
         for (auto it = s.begin(); it != s.end(); ++it) {
@@ -70,8 +90,10 @@ public:
                 if (!list.is_array() || list.empty()) fail(here, "\"enum\" must be a non-empty array");
                 if (list.size() > JsonSchema::kMaxChoices) fail(here, "more than 64 values");
                 for (const auto& e : list) {
-                    if (!e.is_string()) fail(here, "only string values are supported");
-                    n.enums.push_back(escaped(e.get<std::string>()));
+                    const uint8_t t = value_type(e);
+                    if (!t) fail(here, "only strings, numbers, booleans and null are supported as values");
+                    n.choice_types |= t;
+                    n.choices.push_back(e.dump(-1, ' ', false, OJ::error_handler_t::replace));
                 }
             } else if (k == "properties") {
                 if (!v.is_object()) fail(here, "\"properties\" must be an object");
@@ -82,21 +104,30 @@ public:
                     n.required.push_back(false);
                     n.values.push_back(-1);  // compiled below (nodes may move while compiling)
                 }
-            } else if (k == "required" || k == "additionalProperties" || k == "items" || k == "minItems" || k == "maxItems") {
+            } else if (k == "nullable") {
+                if (!v.is_boolean()) fail(here, "must be true or false");
+            } else if (k == "required" || k == "additionalProperties" || k == "items" || k == "minItems" || k == "maxItems" ||
+                       k == "minLength" || k == "maxLength") {
                 // read below, once properties are known
-            } else if (k == "title" || k == "description" || k == "default" || k == "examples" || k == "format" ||
-                       k == "$schema" || k == "$id" || k == "$comment" || k == "strict") {
-                // annotations
-            } else {
+            } else if (!annotation(k)) {
                 fail(here, "\"" + k + "\" is not supported");
             }
         }
         if (!typed) {
             if (n.props || s.contains("additionalProperties") || s.contains("required")) n.types = JsonSchema::kObject;
             else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) n.types = JsonSchema::kArray;
-            else if (!n.enums.empty()) n.types = JsonSchema::kString;
+            else if (s.contains("minLength") || s.contains("maxLength")) n.types = JsonSchema::kString;
+            else if (!n.choices.empty()) n.types = n.choice_types;
         }
-        if (!n.enums.empty() && n.types != JsonSchema::kString) fail(at, "an enum of strings needs type string");
+        if (s.contains("nullable") && s["nullable"].get<bool>()) n.types |= JsonSchema::kNull;
+        if (!n.choices.empty()) {
+            // Every value must be of an allowed type (an integer value meets "integer" and "number").
+            for (size_t i = 0; i < n.choices.size(); ++i) {
+                const OJ e = OJ::parse(n.choices[i]);
+                if (!(value_type(e) & n.types)) fail(at + "/enum", n.choices[i] + " is not of the schema's type");
+            }
+            n.choice_types = n.types;  // a value of any allowed type must be one of them
+        }
         if (s.contains("required")) {
             const OJ& r = s["required"];
             if (!r.is_array()) fail(at + "/required", "must be an array of property names");
@@ -118,6 +149,9 @@ public:
         if (s.contains("minItems")) n.min_items = bound(s["minItems"], at, "minItems");
         if (s.contains("maxItems")) n.max_items = bound(s["maxItems"], at, "maxItems");
         if (n.min_items > n.max_items) fail(at, "minItems exceeds maxItems");
+        if (s.contains("minLength")) n.min_length = bound(s["minLength"], at, "minLength");
+        if (s.contains("maxLength")) n.max_length = bound(s["maxLength"], at, "maxLength");
+        if (n.min_length > n.max_length) fail(at, "minLength exceeds maxLength");
         if (s.contains("items")) n.items = add(s["items"], at + "/items");
         if (n.props) {
             const OJ& props = s["properties"];
@@ -127,18 +161,122 @@ public:
         nodes.push_back(std::move(n));
         return static_cast<int>(nodes.size() - 1);
     }
+
+private:
+    const OJ& root_;
+    std::map<std::string, int> refs_;  // JSON pointer -> the node standing for it
+
+    // $ref, anyOf / oneOf, allOf: with nothing beside them but annotations.
+    int composite(const OJ& s, const char* kw, const std::string& at) {
+        for (auto it = s.begin(); it != s.end(); ++it)
+            if (it.key() != kw && !annotation(it.key()))
+                fail(at + "/" + it.key(), "\"" + it.key() + "\" beside \"" + kw + "\" is not supported");
+        const OJ& v = s[kw];
+        const std::string here = at + "/" + kw;
+        if (std::string(kw) == "$ref") {
+            if (!v.is_string()) fail(here, "must be a string");
+            return ref(v.get<std::string>(), here);
+        }
+        if (!v.is_array() || v.empty()) fail(here, "must be a non-empty array of schemas");
+        if (std::string(kw) == "allOf") {
+            if (v.size() != 1) fail(here, "more than one schema to meet at once is not supported");
+            return alias(add(v[0], here + "/0"));
+        }
+        if (v.size() > JsonSchema::kMaxChoices) fail(here, "more than 64 schemas");
+        JsonSchema::Node n;
+        for (size_t i = 0; i < v.size(); ++i) n.any_of.push_back(add(v[i], here + "/" + std::to_string(i)));
+        nodes.push_back(std::move(n));
+        return static_cast<int>(nodes.size() - 1);
+    }
+
+    int alias(int target) {
+        JsonSchema::Node n;
+        n.ref = target;
+        nodes.push_back(std::move(n));
+        return static_cast<int>(nodes.size() - 1);
+    }
+
+    // A reference into this document ("#" or "#/json/pointer"): one node per pointer, made before
+    // its target is compiled so that the target may refer to it (recursion).
+    int ref(const std::string& to, const std::string& at) {
+        if (to.empty() || to[0] != '#') fail(at, "only references into the schema itself (\"#...\") are supported");
+        if (const auto it = refs_.find(to); it != refs_.end()) return it->second;
+        const OJ* target = nullptr;
+        try {
+            target = &root_.at(OJ::json_pointer(to.substr(1)));
+        } catch (const std::exception&) {
+            fail(at, "\"" + to + "\" does not name a part of the schema");
+        }
+        const int me = alias(0);
+        refs_[to] = me;
+        const int body = add(*target, to);
+        nodes[static_cast<size_t>(me)].ref = body;
+        return me;
+    }
 };
+
+}  // namespace
+
+int JsonSchema::resolve(int i, uint8_t t) const {
+    // Each hop leaves a ref or a branch; finish() refused cycles of those.
+    for (;;) {
+        const Node& n = node(i);
+        if (!(n.reach & t)) return -1;
+        if (n.ref >= 0) {
+            i = n.ref;
+        } else if (!n.any_of.empty()) {
+            for (int b : n.any_of)
+                if (node(b).reach & t) {
+                    i = b;
+                    break;
+                }
+        } else {
+            return i;
+        }
+    }
+}
+
+namespace {
+
+// Computes every node's reach; refuses ref cycles that never reach a value schema and branches
+// whose types overlap (a value's first byte must pick one branch).
+void finish(std::vector<JsonSchema::Node>& nodes) {
+    std::vector<uint8_t> state(nodes.size(), 0);  // 0 new, 1 in progress, 2 done
+    std::function<uint8_t(size_t)> reach = [&](size_t i) -> uint8_t {
+        auto& n = nodes[i];
+        if (state[i] == 2) return n.reach;
+        if (state[i] == 1) throw Error("json schema: a $ref or anyOf refers to itself before any value");
+        state[i] = 1;
+        uint8_t r = 0;
+        if (n.ref >= 0) {
+            r = reach(static_cast<size_t>(n.ref));
+        } else if (!n.any_of.empty()) {
+            for (int b : n.any_of) {
+                const uint8_t rb = reach(static_cast<size_t>(b));
+                if (r & rb) throw Error("json schema: anyOf / oneOf branches that allow the same type are not supported");
+                r |= rb;
+            }
+        } else {
+            r = n.types;
+        }
+        n.reach = r;
+        state[i] = 2;
+        return r;
+    };
+    for (size_t i = 0; i < nodes.size(); ++i) reach(i);
+}
 
 }  // namespace
 
 JsonSchema JsonSchema::compile(std::string_view text) {
     const OJ s = OJ::parse(text, nullptr, /*allow_exceptions=*/false);
     if (s.is_discarded()) throw Error("json schema: not valid JSON");
-    Compiler c;
+    Compiler c(s);
     JsonSchema out;
     out.root_ = c.add(s, "");
     out.nodes_ = std::move(c.nodes);
-    if (!(out.nodes_[static_cast<size_t>(out.root_)].types & kObject)) throw Error("json schema: the top level must allow an object");
+    finish(out.nodes_);
+    if (!(out.nodes_[static_cast<size_t>(out.root_)].reach & kObject)) throw Error("json schema: the top level must allow an object");
     return out;
 }
 

@@ -495,6 +495,27 @@ TEST(Server, AForcedToolChoiceAnswersWithThatCall) {
     }
 }
 
+// A function whose parameters refer to their own $defs (as pydantic writes them): the forced
+// call follows them.
+TEST(Server, AForcedToolCallFollowsParametersWithDefinitions) {
+    Running s("q3_4L_kmix", options(1, 2048));
+    Json body = chat_body({{"user", "Weather?"}}, 1200);  // random models write long runs of whitespace
+    body["tools"] = Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "$defs": {"Place": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                            "required": ["city"], "additionalProperties": false}},
+        "type": "object", "properties": {"place": {"$ref": "#/$defs/Place"}}, "required": ["place"],
+        "additionalProperties": false}}}])");
+    body["tool_choice"] = "required";
+    body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    const Reply r = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const Json& c = r.body["choices"][0];
+    ASSERT_EQ(c["finish_reason"], "tool_calls") << r.body.dump();
+    const Json args = Json::parse(c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["place"]["city"] == "Paris" || args["place"]["city"] == "Rome") << args.dump();
+    EXPECT_EQ(args.size(), 1u) << args.dump();
+}
+
 // logit_bias: +100 on a token makes greedy decoding write nothing else.
 TEST(Server, LogitBiasSteersTheChoice) {
     const char* name = "q3_4L_kmix";

@@ -333,6 +333,34 @@ TEST_P(Generate, JsonSchemaModeFollowsTheSchema) {
             EXPECT_TRUE(doc["sure"].is_boolean());
         }
     }
+    // A pydantic-style schema: a $ref'd model, an Optional field, an enum of numbers.
+    const std::string pydantic = R"({"$defs": {"Size": {"enum": [1, 2, 3], "type": "integer"},
+        "Item": {"type": "object", "properties": {"size": {"$ref": "#/$defs/Size"},
+                 "note": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}], "default": null}},
+                 "required": ["size", "note"], "additionalProperties": false}},
+        "type": "object", "properties": {"item": {"$ref": "#/$defs/Item"}}, "required": ["item"], "additionalProperties": false})";
+    const dfm::JsonSchema pschema = dfm::JsonSchema::compile(pydantic);
+    int complete = 0;
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+        GenerateOptions o = sampled(seed, 0);
+        o.max_tokens = 200;  // random models write long runs of whitespace
+        o.json = true;
+        o.json_schema = pydantic;
+        dfm::Session s(model(GetParam()), {.ctx = 256});
+        const auto r = dfm::generate(s, prompt, o);
+        SCOPED_TRACE(r.text);
+        dfm::JsonPrefix j(&pschema);
+        EXPECT_TRUE(j.feed(r.text)) << "not a prefix the schema allows";
+        if (r.stop != dfm::StopReason::end_token) continue;
+        ++complete;
+        const auto doc = nlohmann::json::parse(r.text);
+        const auto& item = doc.at("item");
+        EXPECT_EQ(doc.size(), 1u);
+        EXPECT_TRUE(item.at("size") == 1 || item.at("size") == 2 || item.at("size") == 3);
+        EXPECT_TRUE(item.at("note").is_null() || (item.at("note").is_string() && item.at("note").get<std::string>().size() <= 8 * 4));
+    }
+    EXPECT_GT(complete, 0) << "no sampled object closed within the token budget";
+
     GenerateOptions bad;
     bad.json = true;
     bad.json_schema = R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}})";

@@ -157,25 +157,119 @@ TEST(JsonSchema, RefusesWhatTheSchemaForbidsAtItsFirstByte) {
     EXPECT_EQ(accepted(R"({"x": [1, "s", {"k": [null]}], "y": {"z": true}})", &any), 48u);
 }
 
+// What pydantic and OpenAI's strict mode send: $defs with $ref (a recursive model included),
+// Optional fields as anyOf with null, enums of numbers / booleans / null, string lengths, allOf
+// of one schema, nullable. Each invalid case marks with '|' the byte that must be refused.
+TEST(JsonSchema, RefsBranchesEnumsOfAnyValueAndLengths) {
+    const JsonSchema schema = JsonSchema::compile(R"({
+        "$defs": {
+            "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+            "Node": {"type": "object", "title": "Node",
+                     "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 3},
+                                    "child": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}], "default": null}},
+                     "required": ["name", "child"], "additionalProperties": false}
+        },
+        "type": "object",
+        "properties": {
+            "color": {"$ref": "#/$defs/Color", "description": "a colour"},
+            "level": {"enum": [1, 2, 10, 2.5, true, null]},
+            "tree": {"$ref": "#/$defs/Node"},
+            "maybe": {"anyOf": [{"type": "integer"}, {"type": "string", "enum": ["x", "y\"z"]}, {"type": "null"}]},
+            "nested": {"allOf": [{"$ref": "#/$defs/Color"}]},
+            "opt": {"type": "string", "nullable": true, "maxLength": 2}
+        },
+        "required": ["color", "level", "tree", "maybe", "nested", "opt"],
+        "additionalProperties": false
+    })");
+    const std::string tail = R"("maybe": -3, "nested": "green", "opt": null})";
+    const std::vector<std::string> valid = {
+        R"({"color": "red", "level": 10, "tree": {"name": "a", "child": {"name": "bcd", "child": null}}, )" + tail,
+        R"({"color":"green","level":2.5,"tree":{"name":"\"\u00e9x","child":null},"maybe":"y\"z","nested":"red","opt":"s"})",
+        R"({"color": "red", "level": true, "tree": {"name": "é", "child": null}, "maybe": null, "nested": "red", "opt": "ab"})",
+        R"({"color": "red", "level": null, "tree": {"name": "x", "child": null}, )" + tail,
+        R"({"color": "red", "level": 1, "tree": {"name": "x", "child": null}, )" + tail,
+        R"({"color": "red", "level": 2 , "tree": {"name": "x", "child": null}, )" + tail,
+    };
+    for (const auto& v : valid) {
+        EXPECT_EQ(accepted(v, &schema), v.size()) << v;
+        JsonPrefix j(&schema);
+        j.feed(v);
+        EXPECT_TRUE(j.complete()) << v;
+    }
+    const std::string tree = R"("tree": {"name": "x", "child": null}, )";
+    const std::vector<std::string> invalid = {
+        R"({"color": "|blue")",
+        R"({"color": "re|e")",
+        R"({"color": "red", "level": |3)",
+        R"({"color": "red", "level": 2|5)",
+        R"({"color": "red", "level": 10|0)",
+        R"({"color": "red", "level": 2.|0)",
+        R"({"color": "red", "level": |false)",
+        R"({"color": "red", "level": nul|)",  // incomplete is fine: nothing refused yet
+        R"({"color": "red", "level": 1, "tree": {"name": "|", )",
+        R"({"color": "red", "level": 1, "tree": {"name": "abc|d")",
+        R"({"color": "red", "level": 1, "tree": {"name": "a", "child": |5)",
+        R"({"color": "red", "level": 1, "tree": {"name": "a", "child": {"name": "a", "child": {"name": "|")",
+        R"({"color": "red", "level": 1, )" + tree + R"("maybe": "|q")",
+        R"({"color": "red", "level": 1, )" + tree + R"("maybe": 1|.5)",
+        R"({"color": "red", "level": 1, )" + tree + R"("maybe": |true)",
+        R"({"color": "red", "level": 1, )" + tree + R"("maybe": 1, "nested": "|blue")",
+        R"({"color": "red", "level": 1, )" + tree + R"("maybe": 1, "nested": "red", "opt": |3)",
+        R"({"color": "red", "level": 1, )" + tree + R"("maybe": 1, "nested": "red", "opt": "ab|c")",
+    };
+    for (const auto& c : invalid) {
+        const size_t at = c.find('|');
+        std::string text = c;
+        text.erase(at, 1);
+        EXPECT_EQ(accepted(text, &schema), at) << c;
+    }
+    // A recursive array schema through "#" (the whole document).
+    const JsonSchema list = JsonSchema::compile(R"({"type": "object", "properties": {"v": {"type": "integer"},
+        "next": {"type": "array", "items": {"$ref": "#"}, "maxItems": 1}}, "required": ["v"]})");
+    const std::string chain = R"({"v": 1, "next": [{"v": 2, "next": [{"v": 3}]}]})";
+    EXPECT_EQ(accepted(chain, &list), chain.size());
+    EXPECT_EQ(accepted(R"({"v": 1, "next": [{"v": 2}, )", &list), 26u);  // maxItems 1 at every level
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
-    for (const char* bad : {R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}]}}})",
-                            R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})",
+    for (const char* bad : {R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})",
                             R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}})",
-                            R"({"type": "object", "properties": {"a": {"enum": [1, 2]}}})",
+                            R"({"type": "object", "properties": {"a": {"enum": [[1], 2]}}})",
+                            R"({"type": "object", "properties": {"a": {"type": "integer", "enum": [1, 2.5]}}})",
                             R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})",
                             R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})",
                             R"({"type": "string"})",
                             R"({"type": "object", "properties": {"a": {"type": "decimal"}}})",
+                            R"({"type": "object", "properties": {"a": {"type": "string", "minLength": 3, "maxLength": 2}}})",
                             R"({"$ref": "#/$defs/x"})",
+                            R"({"$ref": "#"})",
+                            R"({"$ref": "https://example.com/schema.json"})",
+                            R"({"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, "type": "object",
+                                "properties": {"a": {"$ref": "#/$defs/A"}}})",
+                            R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"enum": ["x"]}]}}})",
+                            R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}})",
+                            R"({"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"maxLength": 2}]}}})",
+                            R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/A", "type": "string"}},
+                                "$defs": {"A": {"type": "string"}}})",
                             R"(not json)"}) {
         EXPECT_THROW(JsonSchema::compile(bad), diskformer::Error) << bad;
     }
-    try {
-        JsonSchema::compile(R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})");
-    } catch (const diskformer::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("/properties/a/pattern"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("not supported"), std::string::npos) << e.what();
-    }
+    const auto message = [](const char* schema) {
+        try {
+            JsonSchema::compile(schema);
+        } catch (const diskformer::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("(accepted)");
+    };
+    const std::string pattern = message(R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})");
+    EXPECT_NE(pattern.find("/properties/a/pattern"), std::string::npos) << pattern;
+    EXPECT_NE(pattern.find("not supported"), std::string::npos) << pattern;
+    const std::string overlap = message(R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"enum": ["x"]}]}}})");
+    EXPECT_NE(overlap.find("the same type"), std::string::npos) << overlap;
+    const std::string beside = message(R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/A", "type": "string"}},
+                                          "$defs": {"A": {"type": "string"}}})");
+    EXPECT_NE(beside.find("\"type\" beside \"$ref\""), std::string::npos) << beside;
 }
 
 // The whole answer around the object: the literals exactly, special tokens only in them, then
