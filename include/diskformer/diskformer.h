@@ -143,6 +143,35 @@ public:
     struct Impl;
 
 private:
+    friend class BlockDrafter;
+    std::unique_ptr<Impl> impl_;
+};
+
+// A DFlash block drafter for speculative decoding (GenerateOptions::block_drafter): a small
+// network that reads the target's hidden states and guesses a whole block of tokens in one pass,
+// such as z-lab's Qwen3-4B-DFlash-b16 beside Qwen3-4B (a directory with config.json and
+// model.safetensors). It attaches to one session of an attention-only (qwen3) target, which
+// from then on keeps the hidden states the drafter reads (the session's cache is cleared: the
+// drafter must see every token it holds); the session must outlive it. Throws Error for a
+// checkpoint this engine cannot run (each unknown field or tensor is named).
+class BlockDrafter {
+public:
+    BlockDrafter(const std::string& dir, Session& target);
+    ~BlockDrafter();
+    BlockDrafter(const BlockDrafter&) = delete;
+    BlockDrafter& operator=(const BlockDrafter&) = delete;
+
+    // Up to max_tokens guesses at the tokens after `last`, the token that follows the target's
+    // cached ones (the drafter's argmax per slot, at most block_size() - 1); empty when the
+    // context has no room for a block.
+    std::vector<int32_t> draft(int32_t last, int max_tokens);
+    int block_size() const;
+    size_t weight_bytes() const;
+    const Session& target() const;
+
+    struct Impl;
+
+private:
     std::unique_ptr<Impl> impl_;
 };
 

@@ -53,6 +53,10 @@ struct GenerateOptions {
     // still the target's greedy answer token for token. Null, or a drafter whose context cannot
     // hold the prompt: prompt lookup.
     Session* drafter = nullptr;
+    // Speculative decoding with a DFlash block drafter attached to this session (it takes
+    // precedence over `drafter` and prompt lookup): one drafter pass guesses up to `draft`
+    // tokens from the target's hidden states.
+    BlockDrafter* block_drafter = nullptr;
     // JSON mode: the answer (after any thinking) is one JSON object and nothing else. Tokens that
     // would break JSON syntax are never chosen (a choice that would is redrawn from the tokens
     // that keep it valid, as llama.cpp's grammars do), control tokens are refused inside it, and

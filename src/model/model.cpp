@@ -139,6 +139,24 @@ void Model::reset_state(State& st) const {
     each_recurrent(config_, st, [&](float* p, size_t bytes) { backend_->zero(p, bytes); });
 }
 
+void Model::enable_taps(State& st, const std::vector<int>& layers) const {
+    for (int l : layers)
+        if (l < 0 || l >= config_.n_layer)
+            throw gguf::Error("model: layer " + std::to_string(l) + " to keep does not exist (0.." + std::to_string(config_.n_layer - 1) + ")");
+    if (st.taps) {
+        backend_->release(st.taps);
+        st.owned.erase(std::find(st.owned.begin(), st.owned.end(), static_cast<void*>(st.taps)));
+        st.scratch_bytes -= sizeof(float) * st.tap_layers.size() * static_cast<size_t>(st.chunk) * config_.n_embd;
+        st.taps = nullptr;
+    }
+    st.tap_layers = layers;
+    if (layers.empty()) return;
+    const size_t bytes = sizeof(float) * layers.size() * static_cast<size_t>(st.chunk) * config_.n_embd;
+    st.taps = static_cast<float*>(backend_->alloc(bytes, MemKind::scratch));
+    st.owned.push_back(st.taps);
+    st.scratch_bytes += bytes;
+}
+
 size_t Model::recurrent_bytes() const {
     const ModelConfig& c = config_;
     return c.n_recurrent() > 0 ? (conv_state_bytes(c) + ssm_state_bytes(c)) * c.n_recurrent() : 0;

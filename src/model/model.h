@@ -50,6 +50,10 @@ struct State {
     int32_t* argmax = nullptr;                   // [chunk], host-visible (Backend::alloc_host_visible)
     float* logits = nullptr;                     // [chunk, n_vocab] when all_logits, else [1, n_vocab]
     bool all_logits = false;
+    // Hidden states kept for a block drafter (Model::enable_taps): after layer tap_layers[i], the
+    // residual stream of the forward's T tokens at taps + i * chunk * n_embd.
+    std::vector<int> tap_layers;
+    float* taps = nullptr;
     // scratch
     float *h = nullptr, *x = nullptr, *big = nullptr, *big2 = nullptr, *small = nullptr,
           *small2 = nullptr, *attn = nullptr;
@@ -72,6 +76,9 @@ public:
     std::unique_ptr<State> new_state(int ctx, int chunk, KvType kv_type, bool all_logits) const;
     void free_state(State& st) const;
     void reset_state(State& st) const;  // zero the recurrent state (KV rows need no clearing)
+    // From the next forward on, keeps the residual stream after each of `layers` (0-based; the
+    // output of that layer) in st.taps. Graphs recorded before do not: drop them.
+    void enable_taps(State& st, const std::vector<int>& layers) const;
 
     // The recurrent state (every GDN layer's conv and delta state) packed in one backend buffer
     // of recurrent_bytes() (0 for attention-only models): a hybrid model cannot rewind, so

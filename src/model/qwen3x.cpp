@@ -109,6 +109,9 @@ void forward(const Model& m, State& st, const Step& s, Output out) {
         be.rmsnorm(st.h, E, f(l.ffn_norm), T, E, c.eps, st.x, E);
         be.ffn_gate_up(l.ffn_gate, l.ffn_up, st.x, T, st.big, st.big2);
         be.matmul(l.ffn_down, st.big, T, st.h, /*accumulate=*/true);
+        for (size_t i = 0; i < st.tap_layers.size(); ++i)  // a block drafter's features
+            if (st.tap_layers[i] == il)
+                be.copy(st.taps + static_cast<int64_t>(i) * st.chunk * E, st.h, sizeof(float) * static_cast<size_t>(T) * E);
     }
     if (out == Output::none) return;
     // Only the rows whose logits are wanted go through the final norm and the LM head.

@@ -106,6 +106,8 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     if (!mi.tokenizer) throw Error("this model has no usable tokenizer: " + mi.tokenizer_error);
     if (options.drafter == &session) throw Error("generate: the drafter must be a session of its own");
     if (options.drafter) check_drafter(session.model(), options.drafter->model());
+    if (options.block_drafter && &options.block_drafter->target() != &session)
+        throw Error("generate: the block drafter is attached to another session");
     const auto& tok = *mi.tokenizer;
     if (prompt.empty()) throw Error("generate: the prompt is empty");
     if (prompt.size() > static_cast<size_t>(session.n_ctx()))
@@ -129,7 +131,8 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
                            !options.json;
     // A draft model reads the prompt too (in the prompt's time); one whose context cannot hold
     // it sits this answer out.
-    Session* drafter = speculate && options.drafter && prompt.size() < static_cast<size_t>(options.drafter->n_ctx())
+    BlockDrafter* block = speculate ? options.block_drafter : nullptr;
+    Session* drafter = speculate && !block && options.drafter && prompt.size() < static_cast<size_t>(options.drafter->n_ctx())
                            ? options.drafter
                            : nullptr;
     if (drafter && !pre.aborted) pre.aborted = prefill(*drafter, prompt, options).aborted;
@@ -227,7 +230,10 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             if (options.max_tokens >= 0) room = std::min(room, static_cast<size_t>(options.max_tokens) - r.tokens.size() - 1);
             room = std::min<size_t>(room, 64);
             if (!paid()) room = std::min<size_t>(room, 1);  // a probe: the cheapest pass
-            if (drafter) {
+            if (block) {
+                guess = block->draft(id, static_cast<int>(std::min<size_t>(room, session.max_draft())));
+                guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
+            } else if (drafter) {
                 guess = draft::from_model(*drafter, context, static_cast<int>(std::min<size_t>(room, session.max_draft())),
                                           session.model().info().n_vocab, tok);
             } else {

@@ -3,7 +3,6 @@
 // target has every guess kept; a truncated copy of the target (a correlated drafter) has some
 // kept and some refused, which exercises the hybrid drafter's way back through its checkpoint.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -11,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common/golden.h"
+#include "common/gguf_edit.h"
+#include "common/random_dflash.h"
 #include "diskformer/generate.h"
-#include "gguf/gguf.h"
 
 namespace {
 
@@ -24,32 +23,7 @@ using dfm::GenerateOptions;
 constexpr const char* kQwen3 = "q3_4L_kmix";      // attention only
 constexpr const char* kQwen35 = "q35_4L_iq2mix";  // hybrid: gated delta net + attention
 
-fs::path golden_model(const std::string& name) { return df::test::golden_dir() / "models" / (name + ".gguf"); }
-
-// A copy of a golden model, changed by `edit` (keys) and without the tensors `drop` names.
-template <class Edit, class Drop>
-fs::path rewritten(const std::string& name, const std::string& tag, Edit edit, Drop drop) {
-    const fs::path out = fs::temp_directory_path() / ("df_draft_" + name + "_" + tag + "_" + std::to_string(::getpid()) + ".gguf");
-    auto f = df::gguf::File::open(golden_model(name).string());
-    df::gguf::Writer w(f->alignment());
-    for (const auto& kv : f->kv()) w.set(kv.key, kv.value);
-    edit(w, *f);
-    for (const auto& t : f->tensors())
-        if (!drop(t.name)) w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.bytes));
-    w.write(out.string());
-    return out;
-}
-
-// The model without its last layer: a drafter whose guesses are often the target's.
-fs::path truncated(const std::string& name) {
-    auto f = df::gguf::File::open(golden_model(name).string());
-    const std::string arch = f->get<std::string>("general.architecture");
-    const int n = f->get<int>(arch + ".block_count");
-    const std::string last = "blk." + std::to_string(n - 1) + ".";
-    return rewritten(
-        name, "trunc", [&](df::gguf::Writer& w, const df::gguf::File&) { w.set(arch + ".block_count", df::gguf::Value::u32(n - 1)); },
-        [&](const std::string& t) { return t.rfind(last, 0) == 0; });
-}
+using df::test::golden_model;
 
 dfm::ModelOptions cpu() {
     dfm::ModelOptions o;
@@ -65,7 +39,7 @@ std::shared_ptr<dfm::Model> model(const std::string& name) {
     if (!m) {
         if (name.ends_with("-3L")) {
             const std::string base = name.substr(0, name.size() - 3);
-            const fs::path p = truncated(base);
+            const fs::path p = df::test::truncated_model(base, model(base)->info().n_layer - 1);
             m = dfm::Model::load_beside(p.string(), *model(base));
             fs::remove(p);  // mapped: the file stays readable until unmapped
         } else {
@@ -198,7 +172,7 @@ TEST(DraftModel, ADrafterWhoseContextIsTooSmallSitsOut) {
 TEST(DraftModel, ADrafterMustShareTheTokenizer) {
     EXPECT_NO_THROW(dfm::check_drafter(*model(kQwen3), *model(kQwen35)));  // same tokens, other pre-tokenizer
     // One token spelled differently.
-    const fs::path p = rewritten(
+    const fs::path p = df::test::rewritten_model(
         kQwen3, "vocab",
         [](df::gguf::Writer& w, const df::gguf::File& f) {
             auto tokens = f.get<std::vector<std::string>>("tokenizer.ggml.tokens");
@@ -222,6 +196,54 @@ TEST(DraftModel, ADrafterMustShareTheTokenizer) {
     EXPECT_THROW(dfm::generate(target, prompt_of(kQwen3), o), dfm::Error);
     o.drafter = &target;
     EXPECT_THROW(dfm::generate(target, prompt_of(kQwen3), o), dfm::Error) << "a session cannot draft for itself";
+}
+
+// A DFlash block drafter (random weights: it guesses badly) attached to a qwen3 session: the
+// answer is the target's; its context follows the target through prefill, verify passes and
+// rewinds, so after any of them it drafts what a drafter that saw the same tokens at once drafts.
+TEST(BlockDrafter, AnyDraftGivesTheTargetsAnswerAndTheContextFollows) {
+    const df::test::DflashSpec spec;
+    const fs::path dir = df::test::write_dflash_dir(spec, 11);
+    const auto prompt = prompt_of(kQwen3);
+    dfm::Session plain(model(kQwen3), {.ctx = 256});
+    const auto want = dfm::generate(plain, prompt, greedy(60));
+    dfm::Session target(model(kQwen3), {.ctx = 256});
+    dfm::BlockDrafter drafter(dir.string(), target);
+    EXPECT_EQ(drafter.block_size(), spec.K);
+    EXPECT_GT(drafter.weight_bytes(), 0u);
+    for (const auto& [d, adaptive] : std::vector<std::pair<int, bool>>{{7, false}, {3, false}, {7, true}}) {
+        GenerateOptions o = greedy(60);
+        o.draft = d;
+        o.draft_adaptive = adaptive;
+        o.block_drafter = &drafter;
+        const auto got = dfm::generate(target, prompt, o);  // the 2nd and 3rd rewind to the prompt
+        EXPECT_EQ(got.tokens, want.tokens);
+        EXPECT_EQ(got.text, want.text);
+        if (!adaptive) {
+            EXPECT_GT(got.stats.drafted_tokens, 5);  // each refused draft backs off for a while
+        }
+    }
+    // The drafter's context after all that equals one fed the same tokens in one prompt pass
+    // (the same guesses; its own rows come from chunks of other sizes, so compare choices).
+    std::vector<int32_t> held = target.tokens();
+    const int32_t last = held.back();
+    held.pop_back();
+    target.set_prompt(held);
+    const auto after = drafter.draft(last, 7);
+    dfm::Session fresh(model(kQwen3), {.ctx = 256});
+    dfm::BlockDrafter fresh_drafter(dir.string(), fresh);
+    fresh.set_prompt(held);
+    EXPECT_EQ(after, fresh_drafter.draft(last, 7));
+    EXPECT_EQ(after.size(), 7u);
+    // Misuse: another session's drafter, a hybrid target, a missing checkpoint.
+    GenerateOptions o = greedy(4);
+    o.draft = 3;
+    o.block_drafter = &fresh_drafter;
+    EXPECT_THROW(dfm::generate(target, prompt, o), dfm::Error);
+    dfm::Session hybrid(model(kQwen35), {.ctx = 128});
+    EXPECT_THROW(dfm::BlockDrafter(dir.string(), hybrid), dfm::Error);
+    EXPECT_THROW(dfm::BlockDrafter((dir / "nothing").string(), target), dfm::Error);
+    fs::remove_all(dir);
 }
 
 }  // namespace
