@@ -44,15 +44,31 @@ struct ModelArgs {
     }
 };
 
-// A draft model for speculative decoding (run, chat, serve).
+// A draft model or a DFlash block drafter for speculative decoding (run, chat, serve).
 struct DraftArgs {
     std::string path;
+    std::string dflash;
 
     void add_to(CLI::App& cmd) {
-        cmd.add_option("--draft-model", path,
-                       "a smaller GGUF model with the same tokenizer that guesses the --draft tokens (speculative "
-                       "decoding, greedy only: e.g. Qwen3-0.6B beside Qwen3-4B)")
-            ->check(CLI::ExistingFile);
+        auto* m = cmd.add_option("--draft-model", path,
+                                 "a smaller GGUF model with the same tokenizer that guesses the --draft tokens (speculative "
+                                 "decoding, greedy only: e.g. Qwen3-0.6B beside Qwen3-4B)")
+                      ->check(CLI::ExistingFile);
+        cmd.add_option("--dflash", dflash,
+                       "a DFlash block drafter directory (config.json + model.safetensors, e.g. z-lab's Qwen3-4B-DFlash-b16) "
+                       "that guesses the --draft tokens from a qwen3 target's hidden states")
+            ->check(CLI::ExistingDirectory)
+            ->excludes(m);
+    }
+    bool any() const { return !path.empty() || !dflash.empty(); }
+    // A block drafter attached to `target`, or null without --dflash.
+    std::unique_ptr<diskformer::BlockDrafter> attach(diskformer::Session& target) const {
+        if (dflash.empty()) return nullptr;
+        try {
+            return std::make_unique<diskformer::BlockDrafter>(dflash, target);
+        } catch (const diskformer::Error& e) {
+            throw diskformer::Error("--dflash " + dflash + ": " + e.what());
+        }
     }
     // Loads it onto the target's backend and checks that it fits; null without --draft-model.
     std::shared_ptr<diskformer::Model> load(const diskformer::Model& target) const {

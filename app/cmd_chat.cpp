@@ -56,10 +56,9 @@ void run(ChatArgs& a) {
     auto model = diskformer::Model::load(a.model.path, a.model.model_options());
     diskformer::Session session(model, a.model.session_options());
     std::unique_ptr<diskformer::Session> drafter;
-    if (auto dm = a.draft.load(*model)) {
-        drafter = std::make_unique<diskformer::Session>(dm, a.model.session_options());
-        a.gen.sampling.default_draft_for_model();
-    }
+    if (auto dm = a.draft.load(*model)) drafter = std::make_unique<diskformer::Session>(dm, a.model.session_options());
+    const auto block = a.draft.attach(session);
+    if (a.draft.any()) a.gen.sampling.default_draft_for_model();
     diskformer::Chat chat(session, {.system = a.gen.system, .thinking = a.gen.thinking(), .keep_reasoning = true});
     if (!chat.template_warning().empty()) std::fprintf(stderr, "warning: %s\n", chat.template_warning().c_str());
     const auto& info = model->info();
@@ -68,6 +67,7 @@ void run(ChatArgs& a) {
     note(std::string(kHelp) + " · Ctrl-D or Ctrl-C at the prompt exits");
     diskformer::GenerateOptions o = a.gen.options();
     o.drafter = drafter.get();
+    o.block_drafter = block.get();
     install_interrupt_handler();
     o.abort = &interrupt_flag();
     LineEditor editor;

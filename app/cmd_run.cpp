@@ -34,12 +34,12 @@ int run(RunArgs& a) {
     auto model = diskformer::Model::load(a.model.path, a.model.model_options());
     diskformer::Session session(model, a.model.session_options());
     std::unique_ptr<diskformer::Session> drafter;
-    if (auto dm = a.draft.load(*model)) {
-        drafter = std::make_unique<diskformer::Session>(dm, a.model.session_options());
-        a.gen.sampling.default_draft_for_model();
-    }
+    if (auto dm = a.draft.load(*model)) drafter = std::make_unique<diskformer::Session>(dm, a.model.session_options());
+    const auto block = a.draft.attach(session);
+    if (a.draft.any()) a.gen.sampling.default_draft_for_model();
     diskformer::GenerateOptions o = a.gen.options();
     o.drafter = drafter.get();
+    o.block_drafter = block.get();
     install_interrupt_handler();
     o.abort = &interrupt_flag();
     PiecePrinter print(stdout, a.gen.hide_think);

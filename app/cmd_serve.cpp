@@ -40,13 +40,17 @@ void serve(ServeArgs& a) {
         if (const char* k = std::getenv("DISKFORMER_API_KEY")) o.api_key = k;
     o.session = a.model.session_options();
     auto model = diskformer::Model::load(a.model.path, a.model.model_options());
-    if ((o.draft_model = a.draft.load(*model))) a.defaults.default_draft_for_model();
+    o.draft_model = a.draft.load(*model);
+    o.dflash_dir = a.draft.dflash;
+    if (a.draft.any()) a.defaults.default_draft_for_model();
     a.defaults.apply(o.defaults);
     df::server::Server server(model, o);
     const int port = server.bind();
     const auto& info = model->info();
     const std::string drafting =
-        o.draft_model ? ", drafts of " + std::to_string(o.defaults.draft) + " by " + std::filesystem::path(a.draft.path).stem().string() : "";
+        a.draft.any() ? ", drafts of " + std::to_string(o.defaults.draft) + " by " +
+                            std::filesystem::path(!a.draft.path.empty() ? a.draft.path : a.draft.dflash).filename().string()
+                      : "";
     std::fprintf(stderr, "serving %s (%s, %s backend, %d slot%s of %d tokens%s) on http://%s:%d/v1%s\n", o.model_id.c_str(),
                  info.arch.c_str(), info.backend.c_str(), o.slots, o.slots == 1 ? "" : "s", server.n_ctx(), drafting.c_str(),
                  o.host.c_str(), port, o.api_key.empty() ? "" : " (API key required)");

@@ -46,6 +46,7 @@ struct Server::Impl {
     struct Slot {
         std::unique_ptr<Session> session;
         std::unique_ptr<Session> drafter;  // with a draft model: its cache follows the slot's
+        std::unique_ptr<diskformer::BlockDrafter> block;  // with a DFlash drafter
         uint64_t used = 0;  // when it last served (a counter), for least-recently-used choice
     };
     std::vector<Slot> slots;
@@ -62,9 +63,18 @@ struct Server::Impl {
     Impl(std::shared_ptr<diskformer::Model> m, ServerOptions o) : model(std::move(m)), opt(std::move(o)) {
         if (opt.slots < 1) throw Error("serve: --slots must be at least 1");
         if (opt.draft_model) diskformer::check_drafter(*model, *opt.draft_model);
-        for (int i = 0; i < opt.slots; ++i)
-            slots.push_back({std::make_unique<Session>(model, opt.session),
-                             opt.draft_model ? std::make_unique<Session>(opt.draft_model, opt.session) : nullptr, 0});
+        for (int i = 0; i < opt.slots; ++i) {
+            Slot& s = slots.emplace_back();
+            s.session = std::make_unique<Session>(model, opt.session);
+            if (opt.draft_model) s.drafter = std::make_unique<Session>(opt.draft_model, opt.session);
+            if (!opt.dflash_dir.empty()) {
+                try {
+                    s.block = std::make_unique<diskformer::BlockDrafter>(opt.dflash_dir, *s.session);
+                } catch (const Error& e) {
+                    throw Error("--dflash " + opt.dflash_dir + ": " + e.what());
+                }
+            }
+        }
         n_ctx = slots[0].session->n_ctx();
         // The first passes load kernels and record the decode graph (CUDA): now, not in the
         // first request's time to first token.
@@ -137,6 +147,7 @@ struct Server::Impl {
         diskformer::GenerateOptions o = r.gen;
         o.abort = &abort;
         o.drafter = slot.drafter.get();
+        o.block_drafter = slot.block.get();
         try {
             return diskformer::generate(*slot.session, prompt, o, on_piece);
         } catch (...) {

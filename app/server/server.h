@@ -30,6 +30,8 @@ struct ServerOptions {
     // A draft model beside the target (check_drafter): each slot gets a drafter session of the
     // same context, used by greedy requests whose "draft" (default: defaults.draft) is above 0.
     std::shared_ptr<diskformer::Model> draft_model;
+    // Or a DFlash block drafter directory: each slot attaches one to its session.
+    std::string dflash_dir;
     bool log = true;                        // one line per request on stderr
 };
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/golden.h"
+#include "common/random_dflash.h"
 #include "common/run_cli.h"
 
 namespace {
@@ -111,6 +112,16 @@ TEST(Run, ADraftModelGivesTheSameAnswer) {
         EXPECT_EQ(r.out, plain.out) << drafter;
         EXPECT_NE(r.err.find(" · drafts "), std::string::npos) << "drafting is on by default with a draft model: " << r.err;
     }
+    // A DFlash drafter (random weights) for the qwen3 model; refused for a hybrid one.
+    const auto dir = df::test::write_dflash_dir(df::test::DflashSpec{}, 5);
+    const std::string q3 = "run -m " + model("q3_4L_kmix") + " --raw -p 'def main():\n    print(' -n 40";
+    const Outcome q3_plain = diskformer(q3);
+    const Outcome block = diskformer(q3 + " --dflash '" + dir.string() + "'");
+    ASSERT_EQ(block.code, 0) << block.err;
+    EXPECT_EQ(block.out, q3_plain.out);
+    EXPECT_NE(block.err.find(" · drafts "), std::string::npos) << block.err;
+    expect_one_line_error(diskformer(args + " --dflash '" + dir.string() + "'"), "--dflash");
+    std::filesystem::remove_all(dir);
     // Not a model, and a model with another tokenizer: one line naming the option.
     const std::string vocab_only = (df::test::golden_dir() / "tokenizer" / "ggml-vocab-qwen35.gguf").string();
     expect_one_line_error(diskformer(args + " --draft-model '" + vocab_only + "'"), "--draft-model");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/golden.h"
+#include "common/random_dflash.h"
 #include "diskformer/generate.h"
 #include "runtime/json_prefix.h"
 #include "runtime/json_schema.h"
@@ -243,6 +244,27 @@ TEST(Server, ADraftModelGivesTheLibrarysAnswer) {
         EXPECT_EQ(r.body["choices"][0]["message"]["content"], want.text);
         EXPECT_EQ(r.body["timings"]["draft_n"], 0);
     }
+}
+
+TEST(Server, ADflashDrafterPerSlotGivesTheLibrarysAnswer) {
+    const auto dir = df::test::write_dflash_dir(df::test::DflashSpec{}, 6);
+    ds::ServerOptions o = options(2);
+    o.dflash_dir = dir.string();
+    o.defaults.draft = 7;
+    o.defaults.draft_adaptive = false;
+    {
+        Running s("q3_4L_kmix", o);
+        const auto want = library_answer("q3_4L_kmix", to_messages(kConversation), 24);
+        for (int round = 0; round < 2; ++round) {
+            const Reply r = post(s, "/v1/chat/completions", chat_body(kConversation, 24));
+            ASSERT_EQ(r.status, 200) << r.body.dump();
+            EXPECT_EQ(r.body["choices"][0]["message"]["content"], want.text);
+            EXPECT_GT(r.body["timings"]["draft_n"].get<int>(), 0) << r.body.dump();
+        }
+    }
+    o.dflash_dir = (dir / "missing").string();
+    EXPECT_THROW(ds::Server(model("q3_4L_kmix"), o), diskformer::Error);
+    std::filesystem::remove_all(dir);
 }
 
 TEST(Server, CompletionsTakeARawPromptWithControlTokens) {

@@ -24,7 +24,7 @@ struct DflashSpec {
     double theta = 1e6, eps = 1e-6;
 };
 
-std::string dflash_config(const DflashSpec& s, const std::string& extra = "") {
+inline std::string dflash_config(const DflashSpec& s, const std::string& extra = "") {
     std::string taps;
     for (int t : s.taps) taps += (taps.empty() ? "" : ", ") + std::to_string(t);
     return R"({"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": )" + std::to_string(s.K) +
@@ -43,7 +43,7 @@ struct DflashWeights {
     std::vector<model::SafeTensorData> data;
 };
 
-DflashWeights random_dflash(const DflashSpec& s, uint64_t seed) {
+inline DflashWeights random_dflash(const DflashSpec& s, uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<double> normal(0, 1);
     DflashWeights w;

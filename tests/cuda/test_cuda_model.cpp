@@ -15,6 +15,8 @@
 #include "diskformer/diskformer.h"
 #include "diskformer/generate.h"
 #include "common/golden.h"
+#include "common/random_dflash.h"
+#include "model/dflash.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
 
@@ -295,6 +297,58 @@ TEST(CudaModel, ADraftModelBesideItsTargetGivesTheTargetsAnswer) {
             }
         }
     }
+}
+
+// The DFlash block drafter on the GPU: its logits are the CPU's (the block's 16 rows take the
+// GEMM path, whose activations are rounded: DESIGN.md, numerics) for context fed in chunks, and
+// with it attached to a session, generation keeps the target's answer through graph-recorded
+// verify passes that also keep the hidden states.
+TEST(CudaModel, DflashDrafterMatchesTheCpuAndKeepsTheAnswer) {
+    DF_REQUIRE_CUDA();
+    const DflashSpec spec;
+    const auto w = random_dflash(spec, 21);
+    const auto path = golden_dir() / "models" / "q3_4L_kmix.gguf";
+    std::vector<std::vector<float>> logits;
+    for (const auto& be : {std::shared_ptr<Backend>(make_cpu_backend(2)), gpu_backend()}) {
+        auto target = model::Model::load(path.string(), be);
+        auto d = model::Dflash::from_parts(dflash_config(spec), model::SafeTensors::from_bytes(model::safetensors_bytes(w.data)), *target);
+        const int chunk = 16, E = spec.E, taps = static_cast<int>(spec.taps.size());
+        auto st = d->new_state(128, chunk);
+        std::vector<float> feats(static_cast<size_t>(taps * chunk * E));
+        float* buf = static_cast<float*>(be->alloc(sizeof(float) * feats.size(), MemKind::scratch));
+        for (int c = 0; c < 3; ++c) {  // 3 chunks of 16 rows
+            for (size_t i = 0; i < feats.size(); ++i) feats[i] = std::sin(0.37f * static_cast<float>(i + 1000 * c));
+            be->upload(buf, feats.data(), sizeof(float) * feats.size());
+            d->inject(*st, buf, chunk, chunk, c * chunk);
+        }
+        d->draft(*st, 42, 3 * chunk);
+        logits.push_back(d->logits(*st));
+        be->release(buf);
+    }
+    const int V = static_cast<int>(logits[0].size()) / (spec.K - 1);
+    for (int j = 0; j < spec.K - 1; ++j)
+        EXPECT_LT(nmse(logits[1].data() + j * V, logits[0].data() + j * V, V), 1e-4) << "slot " << j + 1;
+
+    diskformer::ModelOptions mo;
+    mo.backend = diskformer::BackendKind::cuda;
+    auto target = diskformer::Model::load(path.string(), mo);
+    const auto dir = write_dflash_dir(spec, 22);
+    const auto prompt = target->tokenize("def main():\n    print(");
+    diskformer::GenerateOptions o;
+    o.max_tokens = 80;
+    diskformer::Session plain(target, {.ctx = 512});
+    const auto want = diskformer::generate(plain, prompt, o);
+    diskformer::Session s(target, {.ctx = 512});
+    diskformer::BlockDrafter drafter(dir.string(), s);
+    o.draft = 7;
+    o.draft_adaptive = false;
+    o.block_drafter = &drafter;
+    for (int round = 0; round < 2; ++round) {
+        const auto got = diskformer::generate(s, prompt, o);
+        EXPECT_EQ(got.tokens, want.tokens);
+        EXPECT_GT(got.stats.drafted_tokens, 0);
+    }
+    fs::remove_all(dir);
 }
 
 // A hybrid model's session resumes from a checkpoint of its recurrent state (device-to-device
