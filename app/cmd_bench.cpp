@@ -27,6 +27,7 @@ struct BenchArgs {
     bool json = false;
     bool ctx_given = false;
     std::vector<int> verify;  // verify pass lengths to time (speculative decoding's cost)
+    std::string dflash;       // a DFlash drafter to time (a draft + a verify pass of 8)
 };
 
 struct Spread {
@@ -141,6 +142,42 @@ void run(const BenchArgs& a) {
                       T, 1e3 * T / ms, ms, step_ms > 0 ? ms / step_ms : 0);
         verify_lines.push_back(line);
     }
+    // DFlash: a round is one drafter pass and one verify pass of 8, fed the decoded tokens (every
+    // draft kept, whatever the drafter guessed): its cost in steps is the break-even.
+    nlohmann::json dflash;
+    std::string dflash_line;
+    if (!a.dflash.empty()) {
+        if (greedy.size() < 17) throw diskformer::Error("bench: --dflash needs -n of at least 16");
+        diskformer::BlockDrafter drafter(a.dflash, s);
+        std::vector<double> draft_ms, round_ms;
+        for (int r = -1; r < a.reps; ++r) {  // r = -1: a warm-up (the verify graphs are recorded again)
+            s.reset();
+            s.append(ids);
+            double drafting = 0;
+            int rounds = 0;
+            const auto t0 = std::chrono::steady_clock::now();
+            for (size_t at = 0; at + 8 < greedy.size(); at += 8, ++rounds) {
+                const auto d0 = std::chrono::steady_clock::now();
+                (void)drafter.draft(greedy[at], 7);
+                drafting += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count();
+                if (s.verify(greedy[at], std::span(greedy).subspan(at + 1, 7)) != 7)
+                    throw diskformer::Error("bench: a verify pass disagreed with one-token steps");
+            }
+            if (r < 0) continue;
+            draft_ms.push_back(drafting / rounds);
+            round_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / rounds);
+        }
+        const double dm = spread(draft_ms).median, rm = spread(round_ms).median;
+        const double steps = step_ms > 0 ? rm / step_ms : 0;
+        dflash = {{"drafter", a.dflash}, {"weight_bytes", drafter.weight_bytes()}, {"ms_per_draft", dm},
+                  {"ms_per_round", rm}, {"steps_per_round", steps}, {"tok_s_all_kept", 8e3 / rm}};
+        char line[200];
+        std::snprintf(line, sizeof line,
+                      "dflash   %.2f ms per draft, %.2f ms per round of 8 (= %.2f steps: pays when a round keeps more than %.1f "
+                      "drafts); %.1f tok/s when all are kept",
+                      dm, rm, steps, std::max(0.0, steps - 1), 8e3 / rm);
+        dflash_line = line;
+    }
     const diskformer::Stats last = s.stats();  // memory by kind (the session's peak: it never shrinks)
     const Spread dec = decode_rates.empty() ? Spread{} : spread(decode_rates);
     const Spread wall = wall_rates.empty() ? Spread{} : spread(wall_rates);
@@ -184,6 +221,7 @@ void run(const BenchArgs& a) {
               {"max", dec.max},
               {"wall_tok_s", wall.median}}},
             {"verify", verify},
+            {"dflash", dflash},
             {"bytes_per_token", traffic.total()},
             {"bytes_per_token_detail", {{"weights", traffic.weights}, {"state", traffic.state}, {"kv", traffic.kv}}},
             {"gb_s", gb_s},
@@ -217,6 +255,7 @@ void run(const BenchArgs& a) {
                     floor > 0 ? 100 * gb_s / floor : 0, floor, floor_source.c_str());
     }
     for (const auto& l : verify_lines) std::printf("%s\n", l.c_str());
+    if (!dflash_line.empty()) std::printf("%s\n", dflash_line.c_str());
     std::printf("memory   weights %.1f MiB, kv %.1f MiB, state %.1f MiB, scratch %.1f MiB\n", mib(last.weight_bytes),
                 mib(last.kv_bytes), mib(last.state_bytes), mib(last.scratch_bytes));
 }
@@ -237,6 +276,8 @@ void register_bench(CLI::App& app) {
     cmd->add_option("--verify", a->verify,
                     "also time speculative verify passes of these lengths (2..8, comma separated), fed the decoded tokens")
         ->delimiter(',');
+    cmd->add_option("--dflash", a->dflash, "also time a DFlash block drafter's rounds (synth --dflash-for makes one)")
+        ->check(CLI::ExistingDirectory);
     cmd->callback([a, cmd] {
         a->ctx_given = cmd->count("--ctx") > 0;
         run(*a);

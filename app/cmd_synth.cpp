@@ -7,6 +7,9 @@
 #include <string>
 
 #include "commands.h"
+#include "gguf/gguf.h"
+#include "model/config.h"
+#include "model/dflash.h"
 #include "model/synth.h"
 
 namespace {
@@ -18,6 +21,7 @@ struct SynthArgs {
     int threads = 0;
     bool dry_run = false;
     bool list = false;
+    std::string dflash_for;  // a target GGUF: write a random DFlash drafter for it into --out
 };
 
 void run(const SynthArgs& a) {
@@ -25,6 +29,13 @@ void run(const SynthArgs& a) {
     if (a.list) {
         for (const auto& p : synth::presets())
             std::printf("%-20s %s\n", std::string(p.name).c_str(), std::string(p.about).c_str());
+        return;
+    }
+    if (!a.dflash_for.empty()) {
+        if (a.out.empty()) throw std::invalid_argument("synth: --out DIR is required with --dflash-for");
+        const auto f = df::gguf::File::open(a.dflash_for);
+        df::model::write_random_dflash(df::model::ModelConfig::from_gguf(*f), a.out, a.layers > 0 ? a.layers : 5, a.seed);
+        std::printf("wrote a random DFlash drafter for %s into %s\n", a.dflash_for.c_str(), a.out.c_str());
         return;
     }
     if (a.preset.empty()) throw std::invalid_argument("synth: --preset is required (see --list)");
@@ -50,5 +61,9 @@ void register_synth(CLI::App& app) {
     cmd->add_option("--threads", a->threads, "generator threads (0: one per core)")->check(CLI::NonNegativeNumber);
     cmd->add_flag("--dry-run", a->dry_run, "print the layout summary without writing");
     cmd->add_flag("--list", a->list, "list the presets");
+    cmd->add_option("--dflash-for", a->dflash_for,
+                    "instead: write a random DFlash block drafter for this qwen3 GGUF into the directory --out "
+                    "(--layers of them, 5 by default; for bench --dflash)")
+        ->check(CLI::ExistingFile);
     cmd->callback([a] { run(*a); });
 }

@@ -13,6 +13,7 @@
 #                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
 #                serve (the HTTP server on CUDA, checked by scripts/serve_check.py)
 #                spec (speculative decoding by prompt lookup: same text, rate with drafts 0 / 3 / 7)
+#                dflash (a random 4B-shaped DFlash drafter: ms per draft and per round of 8)
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
 #                PREFILL_PROFILE="preset:tokens ..." overrides)
@@ -168,6 +169,16 @@ PY
                 cmp -s /tmp/spec-0.txt "/tmp/spec-$d.txt" && echo "  same text as without drafts" || echo "  TEXT DIFFERS"
             done
         done
+        ;; esac
+    case ",$phases," in *,dflash,*)
+        # A random DFlash drafter of Qwen3-4B-DFlash-b16's shapes (5 layers, bf16) beside the 4B
+        # layout: what a draft and a round (draft + verify of 8) cost, i.e. the acceptance it needs.
+        local p=qwen3-4b-q8_0
+        echo "== DFlash block drafter on CUDA ($p)"
+        [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+        [ -d /tmp/dflash-4b ] || $D synth --dflash-for "/tmp/$p.gguf" --out /tmp/dflash-4b
+        $D bench -m "/tmp/$p.gguf" --backend cuda -p 512 -n 64 --reps 3 --bw 4600 --verify 8 --dflash /tmp/dflash-4b 2>&1 |
+            grep -E "^(decode|verify|dflash)" | tee "$out/dflash-bench.log"
         ;; esac
     case ",$phases," in *,bench-kernels,*)
         echo "== kernel benchmarks"

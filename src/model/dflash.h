@@ -79,4 +79,9 @@ private:
     size_t weight_bytes_ = 0;
 };
 
+// Writes a DFlash drafter with random, well-scaled bf16 weights for `target` into dir
+// (config.json + model.safetensors): the shapes of a real one (the target's width, heads and FFN,
+// `layers` layers with one tap each, block 16) for benchmarks (`synth --dflash-for`).
+void write_random_dflash(const ModelConfig& target, const std::string& dir, int layers, uint64_t seed);
+
 }  // namespace df::model

@@ -69,3 +69,24 @@ TEST(Bench, JsonReportOnTinySynth) {
     EXPECT_LT(detail.at("weights").get<double>(), j.at("memory").at("weights").get<double>());
     for (const char* k : {"weights", "kv", "state", "scratch"}) EXPECT_GT(j.at("memory").at(k).get<double>(), 0) << k;
 }
+
+// `synth --dflash-for` writes a drafter of the target's shapes that loads, and `bench --dflash`
+// times its rounds (each verify pass must keep all 7 decoded tokens, or bench fails).
+TEST(Bench, DflashRoundsOnARandomDrafter) {
+    TempDir dir;
+    const std::string model = (dir.path / "tiny3.gguf").string(), drafter = (dir.path / "dflash").string();
+    ASSERT_EQ(run(kBinary + " synth --preset tiny-qwen3 --seed 4 --out " + model).first, 0);
+    const auto [rc_d, out_d] = run(kBinary + " synth --dflash-for " + model + " --layers 2 --out " + drafter);
+    ASSERT_EQ(rc_d, 0) << out_d;
+    ASSERT_TRUE(fs::exists(fs::path(drafter) / "config.json"));
+    const auto [rc, out] = run(kBinary + " bench -m " + model + " --backend cpu --json -p 16 -n 24 --reps 1 --bw 10 --threads 2 --dflash " +
+                               drafter);
+    ASSERT_EQ(rc, 0) << out;
+    const auto j = nlohmann::json::parse(out).at("dflash");
+    for (const char* k : {"ms_per_draft", "ms_per_round", "steps_per_round", "tok_s_all_kept"}) EXPECT_GT(j.at(k).get<double>(), 0) << k;
+    EXPECT_GT(j.at("ms_per_round").get<double>(), j.at("ms_per_draft").get<double>());
+    // A hybrid target has no drafter.
+    const std::string hybrid = (dir.path / "tiny35.gguf").string();
+    ASSERT_EQ(run(kBinary + " synth --preset tiny-qwen35 --seed 4 --out " + hybrid).first, 0);
+    EXPECT_NE(run(kBinary + " synth --dflash-for " + hybrid + " --out " + drafter + "2 2>&1").first, 0);
+}
