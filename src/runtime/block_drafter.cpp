@@ -20,6 +20,7 @@ BlockDrafter::BlockDrafter(const std::string& dir, Session& target) : impl_(std:
     auto& I = *impl_;
     auto& T = *target.impl_;
     I.target = &target;
+    if (T.on_taps) throw Error("this session already has a block drafter");
     try {
         I.net = df::model::Dflash::load(dir, *T.m);
         I.state = I.net->new_state(target.n_ctx(), target.n_chunk());

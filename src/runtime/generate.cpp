@@ -229,7 +229,8 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
                                            static_cast<size_t>(session.n_ctx() - session.n_cached() - 1));
             if (options.max_tokens >= 0) room = std::min(room, static_cast<size_t>(options.max_tokens) - r.tokens.size() - 1);
             room = std::min<size_t>(room, 64);
-            if (!paid()) room = std::min<size_t>(room, 1);  // a probe: the cheapest pass
+            // A probe: the cheapest pass (a block drafter's pass costs the same for any length).
+            if (!paid() && !block) room = std::min<size_t>(room, 1);
             if (block) {
                 guess = block->draft(id, static_cast<int>(std::min<size_t>(room, session.max_draft())));
                 guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());

@@ -19,7 +19,7 @@
 namespace df::test {
 
 struct DflashSpec {
-    int E = 256, L = 2, Hq = 4, Hkv = 2, D = 64, F = 96, K = 8, mask = 1000;
+    int E = 256, L = 2, Hq = 4, Hkv = 2, D = 64, F = 96, K = 16, mask = 1000;
     std::vector<int> taps{0, 2};
     double theta = 1e6, eps = 1e-6;
 };
