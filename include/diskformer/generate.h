@@ -67,8 +67,9 @@ struct GenerateOptions {
     // output asks for (pydantic, OpenAI's strict mode): type, nullable, enum / const of any
     // scalar, properties (written in their declared order, optional ones may be left out),
     // required, additionalProperties false, items, minItems, maxItems, minLength, maxLength,
-    // $ref into the schema ($defs, recursion), anyOf / oneOf whose branches allow different
-    // types, allOf of one; annotations (title, description, format, …) have no effect. A keyword
+    // integer minimum / maximum (exclusive too), $ref into the schema ($defs, recursion), anyOf /
+    // oneOf whose branches allow different types, allOf of one; annotations (title, description,
+    // format, …) have no effect. A keyword
     // outside it is an Error, never ignored (check_json_schema says so up front).
     std::string json_schema;
     // With json: literal text the answer starts with before the object and ends with after it

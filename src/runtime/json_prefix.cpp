@@ -148,6 +148,26 @@ bool JsonPrefix::choice_byte(unsigned char c) {
     return step(c);
 }
 
+bool JsonPrefix::bound_reachable() const {
+    if (num_digits_ == 0) return lo_ <= 0;  // "-": minus zero or any negative integer
+    // The integers that start with these digits: [v * 10^k, (v + 1) * 10^k - 1] for k >= 0 (only
+    // k = 0 after a leading zero), within 18 digits; negated after a minus.
+    __int128 a = num_val_, b = num_val_;
+    for (int d = num_digits_; d <= 18; ++d) {
+        const __int128 lo = num_neg_ ? -b : a, hi = num_neg_ ? -a : b;
+        if (lo <= hi_ && hi >= lo_) return true;
+        if (num_val_ == 0) break;
+        a *= 10;
+        b = b * 10 + 9;
+    }
+    return false;
+}
+
+bool JsonPrefix::bound_met() const {
+    const int64_t v = num_neg_ ? -num_val_ : num_val_;
+    return v >= lo_ && v <= hi_;
+}
+
 // ---- syntax ------------------------------------------------------------------------------------
 
 void JsonPrefix::end_value() {
@@ -189,6 +209,11 @@ bool JsonPrefix::begin_value(unsigned char c) {
         }
         str_min_ = n.min_length;
         str_max_ = n.max_length;
+        bounded_ = n.bounded && int_only_;
+        lo_ = n.min_value;
+        hi_ = n.max_value;
+    } else {
+        bounded_ = false;
     }
     switch (c) {
         case '{':
@@ -207,12 +232,20 @@ bool JsonPrefix::begin_value(unsigned char c) {
         case 't': lit_ = "rue"; mode_ = Mode::literal; return true;
         case 'f': lit_ = "alse"; mode_ = Mode::literal; return true;
         case 'n': lit_ = "ull"; mode_ = Mode::literal; return true;
-        case '-': mode_ = Mode::number; sub_ = kMinus; return true;
+        case '-':
+            mode_ = Mode::number;
+            sub_ = kMinus;
+            num_neg_ = true;
+            num_val_ = num_digits_ = 0;
+            return !bounded_ || bound_reachable();
         default:
             if (!is_digit(c)) return false;
             mode_ = Mode::number;
             sub_ = c == '0' ? kZero : kInt;
-            return true;
+            num_neg_ = false;
+            num_val_ = c - '0';
+            num_digits_ = 1;
+            return !bounded_ || bound_reachable();
     }
 }
 
@@ -322,7 +355,9 @@ bool JsonPrefix::step(unsigned char c) {
                 case kMinus:
                     if (!is_digit(c)) return false;
                     sub_ = c == '0' ? kZero : kInt;
-                    return true;
+                    num_val_ = c - '0';
+                    num_digits_ = 1;
+                    return !bounded_ || bound_reachable();
                 case kDot:
                     if (!is_digit(c)) return false;
                     sub_ = kFrac;
@@ -340,7 +375,13 @@ bool JsonPrefix::step(unsigned char c) {
                 default:
                     break;
             }
-            if (is_digit(c) && sub_ != kZero) return true;  // more of the same part
+            if (is_digit(c) && sub_ != kZero) {  // more of the same part
+                if (!bounded_) return true;
+                if (num_digits_ >= 18) return false;
+                num_val_ = num_val_ * 10 + (c - '0');
+                ++num_digits_;
+                return bound_reachable();
+            }
             if (c == '.' && !int_only_ && (sub_ == kZero || sub_ == kInt)) {
                 sub_ = kDot;
                 return true;
@@ -349,7 +390,7 @@ bool JsonPrefix::step(unsigned char c) {
                 sub_ = kExp;
                 return true;
             }
-            if (!num_can_end(sub_)) return false;
+            if (!num_can_end(sub_) || (bounded_ && !bound_met())) return false;
             end_value();  // the number ended; c belongs to what follows it
             return step(c);
         case Mode::literal:

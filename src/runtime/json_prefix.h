@@ -62,6 +62,8 @@ private:
     bool match_byte(unsigned char c);  // a declared key's next byte
     bool match_end();                  // its closing quote
     bool choice_byte(unsigned char c);  // the next byte of an enum / const value (or what follows it)
+    bool bound_reachable() const;  // a bounded integer: some value within bounds starts so
+    bool bound_met() const;        // ... and the digits so far are one
 
     struct Frame {
         int node;   // the container's schema
@@ -87,6 +89,10 @@ private:
     uint64_t cand_ = 0;
     uint32_t cand_pos_ = 0;
     int chars_ = 0, str_min_ = 0, str_max_ = INT_MAX;  // the string value's characters so far, its bounds
+    // A bounded integer (JsonSchema::Node::bounded): its sign, digits so far, their value, bounds.
+    bool bounded_ = false, num_neg_ = false;
+    int num_digits_ = 0;
+    int64_t num_val_ = 0, lo_ = 0, hi_ = 0;
 };
 
 // JSON mode's whole answer: literal text `before`, one JSON object (JsonPrefix), literal text

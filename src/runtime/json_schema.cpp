@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <string>
@@ -107,7 +109,8 @@ public:
             } else if (k == "nullable") {
                 if (!v.is_boolean()) fail(here, "must be true or false");
             } else if (k == "required" || k == "additionalProperties" || k == "items" || k == "minItems" || k == "maxItems" ||
-                       k == "minLength" || k == "maxLength") {
+                       k == "minLength" || k == "maxLength" || k == "minimum" || k == "maximum" || k == "exclusiveMinimum" ||
+                       k == "exclusiveMaximum") {
                 // read below, once properties are known
             } else if (!annotation(k)) {
                 fail(here, "\"" + k + "\" is not supported");
@@ -152,6 +155,26 @@ public:
         if (s.contains("minLength")) n.min_length = bound(s["minLength"], at, "minLength");
         if (s.contains("maxLength")) n.max_length = bound(s["maxLength"], at, "maxLength");
         if (n.min_length > n.max_length) fail(at, "minLength exceeds maxLength");
+        for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+            if (!s.contains(k)) continue;
+            const std::string here = at + "/" + k;
+            const OJ& v = s[k];
+            if (!v.is_number()) fail(here, "must be a number");
+            if (!typed) n.types = JsonSchema::kInteger;
+            if (n.types & JsonSchema::kNumber & ~JsonSchema::kInteger)
+                fail(here, "bounds are supported on integers only (\"type\": \"integer\")");
+            const double x = v.get<double>();
+            const std::string key = k;
+            const bool low = key == "minimum" || key == "exclusiveMinimum";
+            const bool exclusive = key.rfind("exclusive", 0) == 0;
+            // The nearest integer inside the bound.
+            double b = low ? (exclusive ? std::floor(x) + 1 : std::ceil(x)) : (exclusive ? std::ceil(x) - 1 : std::floor(x));
+            b = std::clamp(b, -static_cast<double>(JsonSchema::kMaxBound), static_cast<double>(JsonSchema::kMaxBound));
+            auto& bound = low ? n.min_value : n.max_value;
+            bound = low ? std::max(bound, static_cast<int64_t>(b)) : std::min(bound, static_cast<int64_t>(b));
+            n.bounded = true;
+        }
+        if (n.min_value > n.max_value) fail(at, "no integer lies within the bounds");
         if (s.contains("items")) n.items = add(s["items"], at + "/items");
         if (n.props) {
             const OJ& props = s["properties"];

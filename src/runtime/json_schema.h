@@ -7,7 +7,9 @@
 //   text); object: properties (written in their declared order, each optional one may be left
 //   out), required, additionalProperties false (the default when properties are given; true or a
 //   schema only without properties); array: items, minItems, maxItems; string: minLength,
-//   maxLength (characters; an escape counts as one); $ref to the document itself ("#", "#/$defs/
+//   maxLength (characters; an escape counts as one); integer: minimum, maximum,
+//   exclusiveMinimum, exclusiveMaximum (numbers that may have a fraction are refused with
+//   bounds); $ref to the document itself ("#", "#/$defs/
 //   Name", any JSON pointer: recursive schemas included); anyOf / oneOf whose branches allow
 //   disjoint types (Optional[X] = X or null; the first byte of a value picks the branch); allOf
 //   of one schema.
@@ -36,6 +38,8 @@ public:
         kAll = 127,
     };
     static constexpr size_t kMaxChoices = 64;  // properties of an object, values of an enum
+    // Bounded integers are written with at most 18 digits (their values fit an int64_t).
+    static constexpr int64_t kMaxBound = 999'999'999'999'999'999;
 
     // A node is a value schema (ref < 0, no any_of), a reference to another node ($ref, allOf of
     // one), or a choice among branches of disjoint types (anyOf, oneOf).
@@ -49,6 +53,9 @@ public:
         int items = 0;
         int min_items = 0, max_items = INT_MAX;
         int min_length = 0, max_length = INT_MAX;  // strings, in characters
+        // Integers: minimum / maximum (exclusive ones made inclusive), within +-kMaxBound.
+        int64_t min_value = -kMaxBound, max_value = kMaxBound;
+        bool bounded = false;
         // enum / const: values of the types in choice_types must be one of these texts.
         std::vector<std::string> choices;
         uint8_t choice_types = 0;

@@ -231,9 +231,42 @@ TEST(JsonSchema, RefsBranchesEnumsOfAnyValueAndLengths) {
     EXPECT_EQ(accepted(R"({"v": 1, "next": [{"v": 2}, )", &list), 26u);  // maxItems 1 at every level
 }
 
+// Integer bounds: a digit is refused as soon as no integer that starts with the digits so far
+// lies within them; the end of the number when its value does not.
+TEST(JsonSchema, IntegerBoundsRefuseTheFirstDigitThatCannotMeetThem) {
+    const JsonSchema schema = JsonSchema::compile(R"({"type": "object", "properties": {
+        "age": {"type": "integer", "minimum": 18, "maximum": 120},
+        "delta": {"type": "integer", "exclusiveMinimum": -5, "exclusiveMaximum": 5},
+        "big": {"type": "integer", "minimum": 1000},
+        "neg": {"minimum": -2.5, "maximum": -1.5}}, "required": ["age", "delta", "big", "neg"]})");
+    for (const std::string& v : std::vector<std::string>{R"({"age": 18, "delta": -4, "big": 1000, "neg": -2})", R"({"age":120,"delta":4,"big":99999,"neg":-2})",
+                                R"({"age": 45, "delta": -0, "big": 123456789012345678, "neg": -2})"}) {
+        EXPECT_EQ(accepted(v, &schema), v.size()) << v;
+        JsonPrefix j(&schema);
+        j.feed(v);
+        EXPECT_TRUE(j.complete()) << v;
+    }
+    const std::string pre = R"({"age": 18, "delta": 0, )";
+    for (const std::string& c : std::vector<std::string>{R"({"age": 1|7)", R"({"age": 12|1)", R"({"age": 1|,)", R"({"age": |-1)", R"({"age": |0)", R"({"age": 18|.5)",
+                                R"({"age": 18|e1)", R"({"age": 18, "delta": -|5)", R"({"age": 18, "delta": |5)", R"({"age": 18, "delta": 4|0)",
+                                pre + R"("big": 999|,)", pre + R"("big": |-1)", pre + R"("big": 123456789012345678|9)",
+                                pre + R"("big": 1000, "neg": |1)", pre + R"("big": 1000, "neg": -|3)", pre + R"("big": 1000, "neg": -2|0)"}) {
+        const size_t at = c.find('|');
+        std::string text = c;
+        text.erase(at, 1);
+        EXPECT_EQ(accepted(text, &schema), at) << c;
+    }
+    for (const char* bad : {R"({"type": "object", "properties": {"x": {"type": "number", "minimum": 0}}})",
+                            R"({"type": "object", "properties": {"x": {"type": "integer", "minimum": 3, "maximum": 2}}})",
+                            R"({"type": "object", "properties": {"x": {"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}}})",
+                            R"({"type": "object", "properties": {"x": {"type": "integer", "minimum": "1"}}})"}) {
+        EXPECT_THROW(JsonSchema::compile(bad), diskformer::Error) << bad;
+    }
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
     for (const char* bad : {R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})",
-                            R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}})",
+                            R"({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}})",
                             R"({"type": "object", "properties": {"a": {"enum": [[1], 2]}}})",
                             R"({"type": "object", "properties": {"a": {"type": "integer", "enum": [1, 2.5]}}})",
                             R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})",
