@@ -69,8 +69,8 @@ struct GenerateOptions {
     // required, additionalProperties false, items, minItems, maxItems, minLength, maxLength,
     // integer minimum / maximum (exclusive too), $ref into the schema ($defs, recursion), anyOf /
     // oneOf whose branches allow different types, allOf of one; annotations (title, description,
-    // format, …) have no effect. A keyword
-    // outside it is an Error, never ignored (check_json_schema says so up front).
+    // format, …) have no effect. A keyword outside it is an Error, never ignored
+    // (check_json_schema says so up front).
     std::string json_schema;
     // With json: literal text the answer starts with before the object and ends with after it
     // (the server forces a function call with "<tool_call>\n" and "\n</tool_call>"). Special
