@@ -148,7 +148,9 @@ public:
                           int kv_dim, const Step& s) = 0;
 
     // Causal GQA attention of T queries (token t attends cache rows 0..s.pos[t]) with online
-    // softmax; out [T, heads*head_dim]. q laid out by AttnShape strides.
+    // softmax; out [T, heads*head_dim]. q laid out by AttnShape strides. Here alone pos need not
+    // be consecutive: the DFlash drafter gives every query of its block the block's last
+    // position, which makes the block attend bidirectionally (model/dflash.h).
     virtual void attention(const float* q, const void* k_cache, const void* v_cache, KvType kt,
                            const AttnShape& a, const Step& s, float* out) = 0;
 
