@@ -322,6 +322,7 @@ bool JsonPrefix::step(unsigned char c) {
             return begin_value(c);
         case Mode::string:
             if (utf8_left_ > 0) return string_byte(c);  // a character's continuation bytes
+            if (need_low_ && c != '\\') return false;  // a high surrogate's low half must follow
             if (c == '"') {
                 if (match_ != Match::none && !match_end()) return false;
                 if (chars_ < str_min_) return false;
@@ -339,17 +340,32 @@ bool JsonPrefix::step(unsigned char c) {
             if (c == 'u') {
                 mode_ = Mode::unicode;
                 sub_ = 4;
+                uni_ = 0;
                 return true;
             }
+            if (need_low_) return false;  // a high surrogate's \u escape must follow
             if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
                 mode_ = Mode::string;
                 return true;
             }
             return false;
-        case Mode::unicode:
+        case Mode::unicode: {
             if (!is_hex(c)) return false;
-            if (--sub_ == 0) mode_ = Mode::string;
+            uni_ = static_cast<uint16_t>(uni_ * 16 + (is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10));
+            --sub_;
+            // UTF-16 escapes must pair: a high surrogate (D800-DBFF) is followed by a low one
+            // (DC00-DFFF), which never stands alone (parsers refuse either half alone). Refused
+            // at the first hex digit that cannot lead to an allowed code unit.
+            const uint32_t lo = static_cast<uint32_t>(uni_) << (4 * sub_), hi = lo + (1u << (4 * sub_)) - 1;
+            const bool low_ok = lo <= 0xDFFF && hi >= 0xDC00;
+            const bool other_ok = lo < 0xDC00 || hi > 0xDFFF;
+            if (need_low_ ? !low_ok : !other_ok) return false;
+            if (sub_ == 0) {
+                mode_ = Mode::string;
+                need_low_ = !need_low_ && uni_ >= 0xD800 && uni_ <= 0xDBFF;
+            }
             return true;
+        }
         case Mode::number:
             switch (sub_) {
                 case kMinus:

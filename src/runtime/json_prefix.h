@@ -75,6 +75,8 @@ private:
     Mode mode_ = Mode::start;
     uint8_t sub_ = 0;
     uint8_t utf8_left_ = 0, utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // continuation bytes due, the next one's range
+    uint16_t uni_ = 0;        // the \uXXXX escape's hex digits so far
+    bool need_low_ = false;   // a high surrogate was escaped: its low half comes next
     int ws_ = 0;              // whitespace bytes in a row outside strings
     bool key_ = false;        // the string being read is an object key
     const char* lit_ = "";    // literal bytes still to come

@@ -65,6 +65,13 @@ public:
     std::vector<JsonSchema::Node> nodes{JsonSchema::Node{}};  // node 0: any value
 
     int add(const OJ& s, const std::string& at) {
+        // A request's schema must not recurse the compiler off its stack.
+        struct Depth {
+            int& d;
+            explicit Depth(int& x) : d(++x) {}
+            ~Depth() { --d; }
+        } depth(depth_);
+        if (depth_ > kMaxDepth) fail(at, "schemas nested deeper than " + std::to_string(kMaxDepth) + " are not supported");
         if (s.is_boolean()) {
             if (!s.get<bool>()) fail(at, "false (no value) cannot be generated");
             return 0;
@@ -186,6 +193,8 @@ public:
     }
 
 private:
+    static constexpr int kMaxDepth = 64;
+    int depth_ = 0;
     const OJ& root_;
     std::map<std::string, int> refs_;  // JSON pointer -> the node standing for it
 

@@ -88,6 +88,14 @@ TEST(JsonPrefix, RefusesTheByteThatBreaksTheSyntax) {
     EXPECT_EQ(accepted("{\"a\": \"\xbd\"}"), 7u);      // a stray continuation byte
     EXPECT_EQ(accepted("{\"a\": \"\xc0\xaf\"}"), 7u);  // an overlong form
     EXPECT_EQ(accepted("{\"a\": \"\xed\xa0\x80\"}"), 8u);  // a surrogate
+    // UTF-16 escapes pair: a high surrogate then a low one, never either alone.
+    const std::string pairs = R"({"a": "\ud83d\ude00 \uD7FF\uE000"})";
+    EXPECT_EQ(accepted(pairs), pairs.size());
+    EXPECT_EQ(accepted(R"({"a": "\ud83d"})"), 13u);         // the closing quote after a high half
+    EXPECT_EQ(accepted(R"({"a": "\ud83dx"})"), 13u);
+    EXPECT_EQ(accepted(R"({"a": "\ud83d\n"})"), 14u);       // an escape, but not \u
+    EXPECT_EQ(accepted(R"({"a": "\ud83d\u0041"})"), 15u);   // not a low half
+    EXPECT_EQ(accepted(R"({"a": "\ude00"})"), 10u);          // a low half alone
     // Whitespace runs are bounded outside strings, not inside them.
     const std::string blanks(JsonPrefix::kMaxWhitespace, ' ');
     EXPECT_EQ(accepted(blanks + " {}"), blanks.size());
@@ -287,6 +295,13 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
                             R"(not json)"}) {
         EXPECT_THROW(JsonSchema::compile(bad), diskformer::Error) << bad;
     }
+    // Nesting past the compiler's depth (a request must not exhaust the stack).
+    std::string deep = "{\"type\": \"object\", \"properties\": {\"a\": ";
+    for (int i = 0; i < 100000; ++i) deep += "{\"items\": ";
+    deep += "{}";
+    for (int i = 0; i < 100000; ++i) deep += "}";
+    deep += "}}";
+    EXPECT_THROW(JsonSchema::compile(deep), diskformer::Error);
     const auto message = [](const char* schema) {
         try {
             JsonSchema::compile(schema);
