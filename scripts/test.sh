@@ -27,9 +27,10 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE 'cuda|slow' \
   -E 'ChunkSizesAgree|StreamingNeverSplitsUtf8|LlamaCppDiff|TokenizerBpe.MatchesReferenceOnRandomWords'
 
-echo "== fuzz: GGUF reader (60 s), JSON mode's schema compiler and prefix check (30 s)"
+echo "== fuzz: GGUF reader (60 s), JSON mode's schema compiler and prefix check (30 s), safetensors reader (20 s)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDF_FUZZ=ON -DDF_TESTS=OFF \
       -DDF_CUDA=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-cmake --build build-fuzz --target fuzz_gguf fuzz_json
+cmake --build build-fuzz --target fuzz_gguf fuzz_json fuzz_safetensors
 fuzz/run.sh build-fuzz/fuzz/fuzz_gguf 60
 fuzz/run.sh build-fuzz/fuzz/fuzz_json 30
+fuzz/run.sh build-fuzz/fuzz/fuzz_safetensors 20
