@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: the release build's unit + golden tests, the unit tests again under
-# ASan+UBSan, and a bounded fuzz run of the GGUF reader. Usage: scripts/test.sh [--quick]
+# ASan+UBSan, and bounded fuzz runs (GGUF and safetensors readers, JSON mode). Usage: scripts/test.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc)
