@@ -117,6 +117,25 @@ struct Dflash::State {
           *big2 = nullptr, *logits = nullptr;
     std::vector<void*> owned;
     std::vector<int32_t> host;
+    std::vector<uint64_t> graphs;  // keys recorded on the backend (dropped with the state)
+
+    // Runs `ops` as the graph `key` (CUDA: recorded on first use, replayed after; CPU: run).
+    // Their token ids and positions are in backend memory, uploaded before.
+    template <class Ops> void run(Backend& be, uint64_t key, Ops ops) {
+        if (be.replay(key)) return;
+        const bool recording = be.begin_capture(key);
+        ops();
+        if (!recording) return;
+        be.end_capture();
+        graphs.push_back(key);
+        be.replay(key);
+    }
+    // Graph keys: the state's address and the length band, tagged apart from sessions' keys
+    // (bit 62), with the pass kind and its row count above the address.
+    uint64_t key(bool draft, int T, int variant) const {
+        return ((reinterpret_cast<uintptr_t>(this) + static_cast<uint64_t>(variant)) ^ (uint64_t{1} << 62)) ^
+               (static_cast<uint64_t>(draft) << 61) ^ (static_cast<uint64_t>(T) << 48);
+    }
 };
 
 Dflash::~Dflash() = default;
@@ -217,6 +236,7 @@ std::unique_ptr<Dflash::State, void (*)(Dflash::State*)> Dflash::new_state(int c
     const DflashConfig& c = config_;
     Backend& be = *be_;
     auto del = [](State* s) {
+        for (uint64_t k : s->graphs) s->d->be_->drop_capture(k);
         for (void* p : s->owned) s->d->be_->release(p);
         delete s;
     };
@@ -269,26 +289,30 @@ void Dflash::inject(State& st, const float* taps, int chunk, int T, int pos0) co
     s.pos = st.pos;
     s.pos0_hint = pos0;
     s.max_ctx = st.ctx;
-    // ctx = hidden_norm(fc · concat(taps)): the concatenation as a sum over the tap blocks.
-    for (size_t i = 0; i < fc_.size(); ++i)
-        be.matmul(fc_[i], taps + static_cast<int64_t>(i) * chunk * E, T, st.x, /*accumulate=*/i > 0);
-    be.rmsnorm(st.x, E, static_cast<const float*>(hidden_norm_.data), T, E, c.eps, st.x, E);
-    const RopeShape rope{D, c.rope_base};
-    for (size_t il = 0; il < layers_.size(); ++il) {
-        const Layer& l = layers_[il];
-        be.matmul(l.wk, st.x, T, st.k);
-        be.matmul(l.wv, st.x, T, st.v);
-        be.head_norm_rope(st.k, Hkv, D, D, Hkv * D, static_cast<const float*>(l.k_norm.data), c.eps, rope, s);
-        be.kv_store(st.k, st.v, st.k_cache[il], st.v_cache[il], KvType::f16, Hkv * D, s);
-    }
+    auto ops = [&] {
+        // ctx = hidden_norm(fc · concat(taps)): the concatenation as a sum over the tap blocks.
+        for (size_t i = 0; i < fc_.size(); ++i)
+            be.matmul(fc_[i], taps + static_cast<int64_t>(i) * chunk * E, T, st.x, /*accumulate=*/i > 0);
+        be.rmsnorm(st.x, E, static_cast<const float*>(hidden_norm_.data), T, E, c.eps, st.x, E);
+        const RopeShape rope{D, c.rope_base};
+        for (size_t il = 0; il < layers_.size(); ++il) {
+            const Layer& l = layers_[il];
+            be.matmul(l.wk, st.x, T, st.k);
+            be.matmul(l.wv, st.x, T, st.v);
+            be.head_norm_rope(st.k, Hkv, D, D, Hkv * D, static_cast<const float*>(l.k_norm.data), c.eps, rope, s);
+            be.kv_store(st.k, st.v, st.k_cache[il], st.v_cache[il], KvType::f16, Hkv * D, s);
+        }
+    };
+    // The rows of a verify pass or a step (T <= 8, the same taps buffer every time) as a graph,
+    // like the target's own passes: their launches would cost more than their work.
+    if (T <= kVerifyRows) st.run(be, st.key(false, T, be.graph_variant(s)), ops);
+    else ops();
 }
 
 std::vector<int32_t> Dflash::draft(State& st, int32_t last, int start) const {
     const DflashConfig& c = config_;
     Backend& be = *be_;
-    const Weights& tw = target_->weights();
-    const int K = c.block_size, E = c.n_embd, D = c.head_dim, Hq = c.n_head, Hkv = c.n_head_kv;
-    const int V = target_->config().n_vocab;
+    const int K = c.block_size;
     if (start + K > st.ctx) return {};
     // Tokens, their positions, and the position every query attends up to (bidirectional).
     st.host.assign(static_cast<size_t>(3 * K), 0);
@@ -309,6 +333,18 @@ std::vector<int32_t> Dflash::draft(State& st, int32_t last, int start) const {
     Step all = s;
     all.pos = st.attn_pos;
     all.pos0_hint = start + K - 1;
+    // One graph per length band (the attention kernels are chosen by context length).
+    st.run(be, st.key(true, K, be.graph_variant(all)), [&] { block(st, s, all); });
+    be.synchronize();
+    return std::vector<int32_t>(st.argmax, st.argmax + K - 1);
+}
+
+void Dflash::block(State& st, const Step& s, const Step& all) const {
+    const DflashConfig& c = config_;
+    Backend& be = *be_;
+    const Weights& tw = target_->weights();
+    const int K = c.block_size, E = c.n_embd, D = c.head_dim, Hq = c.n_head, Hkv = c.n_head_kv;
+    const int V = target_->config().n_vocab;
     const RopeShape rope{D, c.rope_base};
     const AttnShape a{Hq, Hkv, D, D, Hq * D, 1.0f / std::sqrt(static_cast<float>(D))};
     be.embed(tw.tok_embd, s, st.x);
@@ -331,8 +367,6 @@ std::vector<int32_t> Dflash::draft(State& st, int32_t last, int start) const {
     be.rmsnorm(st.x + E, E, static_cast<const float*>(norm_.data), K - 1, E, c.eps, st.n, E);
     be.matmul(tw.output, st.n, K - 1, st.logits);
     be.argmax(st.logits, K - 1, V, st.argmax);
-    be.synchronize();
-    return std::vector<int32_t>(st.argmax, st.argmax + K - 1);
 }
 
 std::vector<float> Dflash::logits(const State& st) const {

@@ -65,6 +65,7 @@ public:
 
 private:
     Dflash() = default;
+    void block(State& st, const Step& s, const Step& all) const;  // the draft pass's ops
     struct Layer {
         Weight wq, wk, wv, wo, gate, up, down, attn_norm, ffn_norm, q_norm, k_norm;
     };
