@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "quant/dequant.h"
+#include "quant/quantize.h"
 
 namespace df::model {
 namespace {
@@ -140,12 +141,12 @@ struct Dflash::State {
 
 Dflash::~Dflash() = default;
 
-std::unique_ptr<Dflash> Dflash::load(const std::string& dir, const Model& target) {
-    return from_parts(read_text(dir + "/config.json"), SafeTensors::open(dir + "/model.safetensors"), target);
+std::unique_ptr<Dflash> Dflash::load(const std::string& dir, const Model& target, bool q8_0) {
+    return from_parts(read_text(dir + "/config.json"), SafeTensors::open(dir + "/model.safetensors"), target, q8_0);
 }
 
 std::unique_ptr<Dflash> Dflash::from_parts(const std::string& config_json, std::unique_ptr<SafeTensors> weights,
-                                           const Model& target) {
+                                           const Model& target, bool q8_0) {
     const ModelConfig& tc = target.config();
     if (tc.n_recurrent() > 0) fail("the target must be an attention-only (qwen3) model");
     std::unique_ptr<Dflash> d(new Dflash());
@@ -174,24 +175,52 @@ std::unique_ptr<Dflash> Dflash::from_parts(const std::string& config_json, std::
     auto qtype = [](const SafeTensor& t) {
         return t.dtype == "BF16" ? quant::Type::BF16 : t.dtype == "F16" ? quant::Type::F16 : quant::Type::F32;
     };
+    // Element i of a tensor as a float.
+    auto at = [](const SafeTensor& t, size_t i) {
+        if (t.dtype == "F32") {
+            float v;
+            std::memcpy(&v, t.data + 4 * i, 4);
+            return v;
+        }
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        return t.dtype == "BF16" ? quant::bf16_to_f32(h) : quant::f16_to_f32(h);
+    };
+    // Columns [c0, c0 + cols) of a [rows, width] tensor as a weight: as stored, or as Q8_0.
+    auto load = [&](const SafeTensor& t, int64_t rows, int64_t width, int64_t c0, int64_t cols) {
+        const size_t elem = t.dtype == "F32" ? 4 : 2;
+        std::vector<uint8_t> buf;
+        if (q8_0) {
+            buf.resize(static_cast<size_t>(rows * cols / 32) * 34);
+            std::vector<float> row(static_cast<size_t>(cols));
+            for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t j = 0; j < cols; ++j) row[static_cast<size_t>(j)] = at(t, static_cast<size_t>(r * width + c0 + j));
+                quant::quantize_q8_0(row.data(), buf.data() + static_cast<size_t>(r * cols / 32) * 34, cols);
+            }
+        } else if (c0 != 0 || cols != width) {
+            buf.resize(static_cast<size_t>(rows * cols) * elem);
+            for (int64_t r = 0; r < rows; ++r)
+                std::memcpy(buf.data() + static_cast<size_t>(r * cols) * elem, t.data + static_cast<size_t>(r * width + c0) * elem,
+                            static_cast<size_t>(cols) * elem);
+        }
+        const quant::Type type = q8_0 ? quant::Type::Q8_0 : qtype(t);
+        if (buf.empty()) {  // as stored, in place
+            d->weight_bytes_ += t.bytes;
+            return d->be_->load_weight(type, cols, rows, t.data, t.bytes);
+        }
+        d->weight_bytes_ += buf.size();
+        d->host_.push_back(std::move(buf));
+        return d->be_->load_weight(type, cols, rows, d->host_.back().data(), d->host_.back().size());
+    };
     auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-        const SafeTensor& t = find(name, {rows, cols});
-        d->weight_bytes_ += t.bytes;
-        return d->be_->load_weight(qtype(t), cols, rows, t.data, t.bytes);
+        return load(find(name, {rows, cols}), rows, cols, 0, cols);
     };
     // Norm weights as f32 (the ops read them as floats).
     auto vec = [&](const std::string& name, int64_t n) {
         const SafeTensor& t = find(name, {n});
         std::vector<uint8_t> f(sizeof(float) * static_cast<size_t>(n));
         auto* out = reinterpret_cast<float*>(f.data());
-        for (int64_t i = 0; i < n; ++i) {
-            if (t.dtype == "F32") std::memcpy(&out[i], t.data + 4 * i, 4);
-            else {
-                uint16_t h;
-                std::memcpy(&h, t.data + 2 * i, 2);
-                out[i] = t.dtype == "BF16" ? quant::bf16_to_f32(h) : quant::f16_to_f32(h);
-            }
-        }
+        for (int64_t i = 0; i < n; ++i) out[i] = at(t, static_cast<size_t>(i));
         d->host_.push_back(std::move(f));
         d->weight_bytes_ += sizeof(float) * static_cast<size_t>(n);
         return d->be_->load_weight(quant::Type::F32, n, 1, d->host_.back().data(), d->host_.back().size());
@@ -199,15 +228,7 @@ std::unique_ptr<Dflash> Dflash::from_parts(const std::string& config_json, std::
 
     // fc [E, taps * E] in tap blocks of columns: one [E, E] matrix per tap.
     const SafeTensor& fc = find("fc.weight", {E, taps * E});
-    const size_t elem = fc.dtype == "F32" ? 4 : 2, row = static_cast<size_t>(E) * elem;
-    for (int64_t i = 0; i < taps; ++i) {
-        std::vector<uint8_t> part(static_cast<size_t>(E) * row);
-        for (int64_t r = 0; r < E; ++r)
-            std::memcpy(part.data() + static_cast<size_t>(r) * row, fc.data + (static_cast<size_t>(r) * taps + i) * row, row);
-        d->host_.push_back(std::move(part));
-        d->fc_.push_back(d->be_->load_weight(qtype(fc), E, E, d->host_.back().data(), d->host_.back().size()));
-    }
-    d->weight_bytes_ += fc.bytes;
+    for (int64_t i = 0; i < taps; ++i) d->fc_.push_back(load(fc, E, taps * E, i * E, E));
     d->hidden_norm_ = vec("hidden_norm.weight", E);
     d->norm_ = vec("norm.weight", E);
     for (int i = 0; i < c.n_layer; ++i) {

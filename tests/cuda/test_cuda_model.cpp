@@ -311,7 +311,7 @@ TEST(CudaModel, DflashDrafterMatchesTheCpuAndKeepsTheAnswer) {
     std::vector<std::vector<float>> logits;
     for (const auto& be : {std::shared_ptr<Backend>(make_cpu_backend(2)), gpu_backend()}) {
         auto target = model::Model::load(path.string(), be);
-        auto d = model::Dflash::from_parts(dflash_config(spec), model::SafeTensors::from_bytes(model::safetensors_bytes(w.data)), *target);
+        auto d = model::Dflash::from_parts(dflash_config(spec), model::SafeTensors::from_bytes(model::safetensors_bytes(w.data)), *target, /*q8_0=*/false);
         const int chunk = 16, E = spec.E, taps = static_cast<int>(spec.taps.size());
         auto st = d->new_state(128, chunk);
         std::vector<float> feats(static_cast<size_t>(taps * chunk * E));

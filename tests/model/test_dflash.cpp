@@ -6,6 +6,7 @@
 // truncated to that layer ends with the same state), safetensors' checks, and config checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "quant/dequant.h"
+#include "quant/quantize.h"
 
 namespace {
 
@@ -175,11 +177,42 @@ std::shared_ptr<Backend> cpu() {
     return be;
 }
 
-TEST(Dflash, DraftEqualsTheScalarReference) {
+// The matrices as Q8_0 (the default): the reference with the same quantized weights.
+DflashWeights quantized(DflashWeights w) {
+    for (auto& t : w.data) {
+        if (t.shape.size() != 2) continue;
+        auto& v = w.f.at(t.name);
+        std::vector<float> row(static_cast<size_t>(t.shape[1])), back(row.size());
+        std::vector<uint8_t> blocks(row.size() / 32 * 34);
+        for (size_t r = 0; r < static_cast<size_t>(t.shape[0]); ++r) {
+            for (size_t c = 0; c < row.size(); ++c) row[c] = static_cast<float>(v[r * row.size() + c]);
+            quant::quantize_q8_0(row.data(), blocks.data(), static_cast<int64_t>(row.size()));
+            quant::dequantize_row(quant::Type::Q8_0, blocks.data(), back.data(), static_cast<int64_t>(row.size()));
+            for (size_t c = 0; c < row.size(); ++c) {
+                // Round to nearest: within half a step (step = max |x| / 127) of the weight, plus
+                // the step's own rounding to f16 times |q| <= 127 (2^-11 relative).
+                const double amax = std::fabs(*std::max_element(row.begin() + static_cast<std::ptrdiff_t>(c / 32 * 32),
+                                                                 row.begin() + static_cast<std::ptrdiff_t>(c / 32 * 32 + 32),
+                                                                 [](float a, float b) { return std::fabs(a) < std::fabs(b); }));
+                EXPECT_LE(std::fabs(back[c] - row[c]), amax / 127 * (0.5 + 127.0 / 2048) * 1.0001 + 1e-30);
+                v[r * row.size() + c] = back[c];
+            }
+        }
+    }
+    return w;
+}
+
+class DflashWeightsAs : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Dflash, DflashWeightsAs, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? std::string("Q8_0") : std::string("AsStored"); });
+
+TEST_P(DflashWeightsAs, DraftEqualsTheScalarReference) {
     const DflashSpec s;
-    const DflashWeights w = random_dflash(s, 7);
+    const bool q8 = GetParam();
+    const DflashWeights stored = random_dflash(s, 7);
+    const DflashWeights w = q8 ? quantized(stored) : stored;
     auto target = model::Model::load(test::golden_model(kTarget).string(), cpu());
-    auto d = Dflash::from_parts(dflash_config(s), SafeTensors::from_bytes(model::safetensors_bytes(w.data)), *target);
+    auto d = Dflash::from_parts(dflash_config(s), SafeTensors::from_bytes(model::safetensors_bytes(stored.data)), *target, q8);
     EXPECT_EQ(d->config().target_layers, s.taps);
     const int chunk = 16, N = 23, E = s.E, taps = static_cast<int>(s.taps.size());
     auto st = d->new_state(64, chunk);
