@@ -189,8 +189,9 @@ std::unique_ptr<Dflash> Dflash::from_parts(const std::string& config_json, std::
     // Columns [c0, c0 + cols) of a [rows, width] tensor as a weight: as stored, or as Q8_0.
     auto load = [&](const SafeTensor& t, int64_t rows, int64_t width, int64_t c0, int64_t cols) {
         const size_t elem = t.dtype == "F32" ? 4 : 2;
+        const bool q = q8_0 && cols % 32 == 0;  // Q8_0 blocks hold 32
         std::vector<uint8_t> buf;
-        if (q8_0) {
+        if (q) {
             buf.resize(static_cast<size_t>(rows * cols / 32) * 34);
             std::vector<float> row(static_cast<size_t>(cols));
             for (int64_t r = 0; r < rows; ++r) {
@@ -203,7 +204,7 @@ std::unique_ptr<Dflash> Dflash::from_parts(const std::string& config_json, std::
                 std::memcpy(buf.data() + static_cast<size_t>(r * cols) * elem, t.data + static_cast<size_t>(r * width + c0) * elem,
                             static_cast<size_t>(cols) * elem);
         }
-        const quant::Type type = q8_0 ? quant::Type::Q8_0 : qtype(t);
+        const quant::Type type = q ? quant::Type::Q8_0 : qtype(t);
         if (buf.empty()) {  // as stored, in place
             d->weight_bytes_ += t.bytes;
             return d->be_->load_weight(type, cols, rows, t.data, t.bytes);
