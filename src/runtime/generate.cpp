@@ -231,16 +231,14 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             room = std::min<size_t>(room, 64);
             // A probe: the cheapest pass (a block drafter's pass costs the same for any length).
             if (!paid() && !block) room = std::min<size_t>(room, 1);
-            if (block) {
+            if (block)
                 guess = block->draft(id, static_cast<int>(std::min<size_t>(room, session.max_draft())));
-                guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
-            } else if (drafter) {
+            else if (drafter)
                 guess = draft::from_model(*drafter, context, static_cast<int>(std::min<size_t>(room, session.max_draft())),
                                           session.model().info().n_vocab, tok);
-            } else {
+            else
                 guess = draft::prompt_lookup(context, static_cast<int>(room));
-                guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
-            }
+            guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
         }
         if (guess.empty()) {
             greedy_next = session.step(id);
