@@ -14,6 +14,7 @@
 #                serve (the HTTP server on CUDA, checked by scripts/serve_check.py)
 #                spec (speculative decoding by prompt lookup: same text, rate with drafts 0 / 3 / 7)
 #                dflash (a random 4B-shaped DFlash drafter: ms per draft and per round of 8)
+#                short-prefill (prompts of 12..100 tokens, the GEMM's narrow token tiles on and off)
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
 #                PREFILL_PROFILE="preset:tokens ..." overrides)
@@ -258,6 +259,20 @@ PY
         for p in qwen3-4b-q8_0 saluki-27b-iq2mix; do
             [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 2
             $D bench -m "/tmp/$p.gguf" --backend cuda -p 512,4096 -n 128 --reps 3 --bw 4600 2>&1 | tee "$out/bench_$p.log"
+        done
+        ;; esac
+    case ",$phases," in *,short-prefill,*)
+        # Short prompts (a chat turn, a DFlash block): the wgmma GEMM's 16- and 64-token blocks
+        # against 256-token blocks for every T (DF_CUDA_QGEMM_NARROW=0).
+        echo "== short prefills: narrow token tiles vs 256-token tiles"
+        local nar
+        for p in qwen3-4b-q8_0 saluki-27b-iq2mix; do
+            [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 2
+            for nar in 1 0; do
+                echo "-- $p DF_CUDA_QGEMM_NARROW=$nar"
+                DF_CUDA_QGEMM_NARROW=$nar $D bench -m "/tmp/$p.gguf" --backend cuda -p 12,16,40,64,100 -n 16 --reps 3 2>&1 |
+                    grep -E "^prefill" | tee -a "$out/short_prefill.log"
+            done
         done
         ;; esac
 }

@@ -177,6 +177,73 @@ TEST(CudaMatmulShapes, ExactF16GemmTilesAndSplits) {
     });
 }
 
+// Short T on the wgmma GEMM's 16- and 64-token blocks (a DFlash block, a short prompt): both
+// narrow tiles, the switch points between them and the 256-token tile, token tails, split K and
+// accumulation; the same calls on 256-token blocks (DF_CUDA_QGEMM_NARROW=0) for comparison.
+TEST(CudaMatmulShapes, NarrowTokenTilesMatchCpu) {
+    DF_REQUIRE_CUDA();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu_backend());
+    if (!cuda.qgemm_wgmma()) GTEST_SKIP() << "no wgmma form here (needs an sm_90a build on a 9.0 device)";
+    for (bool narrow : {true, false}) {
+        SCOPED_TRACE(narrow ? "narrow tiles" : "256-token tiles");
+        cuda.set_qgemm_narrow(narrow);
+        for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S}) {
+            check_matmul(t, 300, 2560, {9, 15, 16, 17, 40, 64, 65}, false, true, true);
+            check_matmul(t, 131, 1536, {16, 33}, true, true, true);
+        }
+        check_matmul(Type::Q8_0, 4100, 1024, {16}, false, true, true);  // many row blocks, few splits
+    }
+    cuda.set_qgemm_narrow(true);
+}
+
+// Short GEMMs held back as a group (q, k, v of a short prompt: one launch per side stream) split
+// K in their own slices of the scratch: the CPU's results within the bound, and bit for bit what
+// each gives alone (the same splits).
+TEST(CudaMatmulShapes, GroupedShortGemmsSplitLikeLoneOnes) {
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    auto& gpu = dynamic_cast<cuda::CudaBackend&>(*gpu_backend());
+    auto g = test_rng();
+    const int cols = 2560;
+    const std::vector<int> rows = {4096, 1024, 1024};
+    for (Type t : {Type::Q8_0, Type::IQ2_XXS}) {
+        SCOPED_TRACE(type_str(t));
+        std::vector<std::vector<uint8_t>> m;
+        std::vector<Weight> w, wc;
+        for (int r : rows) {
+            m.push_back(random_matrix(t, r, cols, g));
+            w.push_back(gpu.load_weight(t, cols, r, m.back().data(), m.back().size()));
+            wc.push_back(cpu.load_weight(t, cols, r, m.back().data(), m.back().size()));
+        }
+        for (int T : {16, 40}) {
+            SCOPED_TRACE("T " + std::to_string(T));
+            const auto xv = randn(g, static_cast<size_t>(T) * cols);
+            Buf<float> x(gpu, xv), xc(cpu, xv);
+            std::vector<std::unique_ptr<Buf<float>>> o;
+            for (int r : rows) o.push_back(std::make_unique<Buf<float>>(gpu, static_cast<size_t>(T) * r));
+            for (auto& b : o) b->poison();
+            for (size_t i = 0; i < rows.size(); ++i) gpu.matmul(w[i], x.p(), T, o[i]->p(), false);  // held back together
+            std::vector<std::vector<float>> grouped;
+            for (auto& b : o) grouped.push_back(b->get());
+            for (size_t i = 0; i < rows.size(); ++i) {
+                Buf<float> oc(cpu, static_cast<size_t>(T) * rows[i]);
+                cpu.matmul(wc[i], xc.p(), T, oc.p(), false);
+                const auto ad = abs_dots(dequant_matrix(t, m[i], rows[i], cols), xv, rows[i], cols, T);
+                std::vector<float> tol(ad.size());
+                for (size_t k = 0; k < ad.size(); ++k) tol[k] = dot_tol(ad[k], cols, T, true);
+                EXPECT_TRUE(all_close(grouped[i], oc.get(), tol)) << "matrix " << i;
+            }
+            for (size_t i = 0; i < rows.size(); ++i) {
+                o[i]->poison();
+                gpu.matmul(w[i], x.p(), T, o[i]->p(), false);
+                const auto lone = o[i]->get();  // flushed alone
+                EXPECT_EQ(0, std::memcmp(lone.data(), grouped[i].data(), lone.size() * sizeof(float))) << "matrix " << i;
+            }
+        }
+        for (const Weight& x : w) gpu.release(const_cast<void*>(x.data));
+    }
+}
+
 // Its per-token power-of-two scaling: tokens of zeros, of tiny and of huge activations, next to
 // ordinary ones (each token's error is relative to its own magnitude).
 TEST(CudaMatmulShapes, ExactF16GemmActivationRanges) {

@@ -76,20 +76,33 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_wg_kernel(const AttnArg
     auto row_ok = [&](int r) { return r < tok_per_block * group && row_token(r) < a.T; };
     pdl_wait();
 
-    // Queries times the scale in base 2 -> f16 hi/lo, two columns per thread and step (idle rows: zeros).
+    // Queries times the scale in base 2 -> f16 hi/lo, two columns per thread and step (idle rows:
+    // zeros). Loads in batches of 8 before their stores: the stores are asm volatile, so loads
+    // interleaved with them would wait one by one (a short prompt's blocks are little else).
     const float scale2 = a.scale * 1.44269504088896341f;
-    for (int i = threadIdx.x; i < kRows * kD / 2; i += kThreads) {
-        const int r = i / (kD / 2), d = 2 * (i % (kD / 2));
-        float x0 = 0.f, x1 = 0.f;
-        if (row_ok(r)) {
-            const float* src = a.q + static_cast<int64_t>(row_token(r)) * a.q_row + static_cast<int64_t>(h0 + r % group) * a.q_stride + d;
-            x0 = scale2 * src[0];
-            x1 = scale2 * src[1];
+    constexpr int kSteps = kRows * kD / 2 / kThreads, kBatch = 8;
+    static_assert(kSteps % kBatch == 0, "whole batches");
+#pragma unroll
+    for (int b = 0; b < kSteps; b += kBatch) {
+        float x[kBatch][2];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = threadIdx.x + (b + j) * kThreads, r = i / (kD / 2), d = 2 * (i % (kD / 2));
+            x[j][0] = x[j][1] = 0.f;
+            if (row_ok(r)) {
+                const float* src = a.q + static_cast<int64_t>(row_token(r)) * a.q_row + static_cast<int64_t>(h0 + r % group) * a.q_stride + d;
+                x[j][0] = scale2 * src[0];
+                x[j][1] = scale2 * src[1];
+            }
         }
-        uint32_t hi, lo;
-        split_pair(x0, x1, hi, lo);
-        st_shared_u32(qh_s + tile_off(r, d), hi);
-        st_shared_u32(ql_s + tile_off(r, d), lo);
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = threadIdx.x + (b + j) * kThreads, r = i / (kD / 2), d = 2 * (i % (kD / 2));
+            uint32_t hi, lo;
+            split_pair(x[j][0], x[j][1], hi, lo);
+            st_shared_u32(qh_s + tile_off(r, d), hi);
+            st_shared_u32(ql_s + tile_off(r, d), lo);
+        }
     }
     if (threadIdx.x < kRows) row_pos[threadIdx.x] = row_ok(threadIdx.x) ? a.pos[row_token(threadIdx.x)] : -1;
     __syncthreads();

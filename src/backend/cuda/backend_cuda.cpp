@@ -502,7 +502,16 @@ void CudaBackend::reserve_qgemm(int T, int64_t cols) {
     if (!qg_partial_) qg_partial_ = static_cast<float*>(alloc(sizeof(float) * kQGemmPartialFloats, MemKind::scratch));
 }
 
-void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate, cudaStream_t s, bool may_split) {
+// The split-K scratch of launch unit u of a pending group of `units`: a lone matmul takes all of
+// it, a group's units (on their own streams) a slice each.
+CudaBackend::PartialSlice CudaBackend::partial_slice(int u, int units) const {
+    if (!qg_partial_) return {};
+    if (units <= 1) return {qg_partial_, kQGemmPartialFloats};
+    constexpr int64_t kSlice = (kQGemmPartialFloats / kStreams) & ~int64_t{63};  // 256-byte aligned
+    return {qg_partial_ + u * kSlice, kSlice};
+}
+
+void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate, cudaStream_t s, PartialSlice partial) {
     const QGemmEntry& e = ops_for(w).qgemm;
     QGemmArgs a;
     a.w = matrix(w);
@@ -517,14 +526,16 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     const bool wg = qg_wg_ && e.launch_wg;
     const bool in_a = wg && e.wide_scale_bits && !a.fold_scales;  // gemm_wg.cuh's kInA form
     const int tile_rows = in_a ? kQGemmWgInATileRows : wg ? kQGemmWgTileRows : kQGemmTileRows;
-    const int tile_tokens = in_a ? kQGemmWgInATokens : kQGemmTileTokens;
+    const int tile_tokens = in_a ? qgemm_wg_ina_tokens(T, narrow_) : kQGemmTileTokens;
+    a.tokens = in_a ? tile_tokens : 0;
     // Split K when that fills the waves of resident blocks better: the estimated time of s splits
     // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;
     // at least two units per range, partial sums within the scratch. Deterministic either way.
     const int64_t tiles = ((w.rows + tile_rows - 1) / tile_rows) * ((T + tile_tokens - 1) / tile_tokens);
-    const int per_sm = !wg ? kQGemmBlocksPerSm : in_a ? kQGemmWgInABlocksPerSm : kQGemmWgBlocksPerSm;
+    const int per_sm = !wg ? kQGemmBlocksPerSm : in_a ? qgemm_wg_ina_blocks_per_sm(tile_tokens) : kQGemmWgBlocksPerSm;
     const int64_t slots = static_cast<int64_t>(per_sm) * sm_count_;
-    const int64_t max_splits = may_split ? std::min<int64_t>({8, w.cols / e.unit / 2, kQGemmPartialFloats / (int64_t{T} * w.rows)}) : 1;
+    const int64_t max_splits =
+        partial.p ? std::max<int64_t>(1, std::min<int64_t>({8, w.cols / e.unit / 2, partial.floats / (int64_t{T} * w.rows)})) : 1;
     int64_t splits = 1;
     double best = 1e30;
     for (int64_t k = 1; k <= max_splits; ++k) {
@@ -537,9 +548,9 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     const auto launch_fn = wg ? e.launch_wg : e.launch;
     if (splits > 1) {
         a.splits = static_cast<int>(splits);
-        a.partial = qg_partial_;
+        a.partial = partial.p;
         launch_fn(a, s);
-        launch_gemm_reduce(qg_partial_, a.splits, static_cast<int64_t>(T) * w.rows, out, accumulate, s);
+        launch_gemm_reduce(partial.p, a.splits, static_cast<int64_t>(T) * w.rows, out, accumulate, s);
     } else {
         launch_fn(a, s);
     }
@@ -616,7 +627,7 @@ void CudaBackend::flush_matmuls() {
         for (size_t i = 0; i < n; ++i)
             if (unit_of[i] == u) group[k++] = &pending_[i];
         if (k == 1)
-            run_matmul(group[0]->w, pending_x_, pending_T_, group[0]->out, group[0]->accumulate, s, first && units == 1, f, first);
+            run_matmul(group[0]->w, pending_x_, pending_T_, group[0]->out, group[0]->accumulate, s, partial_slice(u, units), f, first);
         else
             run_matvec_segs(group, k, s, f, first);
     };
@@ -732,10 +743,10 @@ void CudaBackend::run_matvec_segs(const PendingMatmul* const* group, int k, cuda
 }
 
 void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
-                             bool may_split, const PendingNorm* fold, bool write_norm) {
+                             PartialSlice partial, const PendingNorm* fold, bool write_norm) {
     const QuantOps& ops = ops_for(w);
     if (use_qgemm(w, T)) {
-        run_qgemm(w, T, out, accumulate, s, may_split);  // flush() converted x
+        run_qgemm(w, T, out, accumulate, s, partial);  // flush() converted x
     } else if (use_imma(w, T)) {
         ops.imma(imma_args(w, nullptr, T, out, accumulate, s), s);  // flush() converted x
     } else if (T <= 8) {

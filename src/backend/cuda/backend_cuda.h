@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -99,6 +100,12 @@ public:
         flush();
         fold_all_ = on;
     }
+    // The wgmma GEMM's 16- and 64-token blocks for short T (kernels.h's qgemm_wg_ina_tokens); off:
+    // every T on 256-token blocks (DF_CUDA_QGEMM_NARROW=0; for tests and A/B runs).
+    void set_qgemm_narrow(bool on) {
+        flush();
+        narrow_ = on;
+    }
     // Decode RMSNorm folded into the f32 matvecs that read its output. Off by default: on the
     // H200 it measured 1.7 % slower on the 4B preset (every block of every matvec repeats the
     // norm before its main loop); DF_CUDA_FOLD_NORM=1 turns it on. For tests and A/B runs.
@@ -137,8 +144,13 @@ private:
                      int64_t out_stride);
     bool folds_norm(const Weight& w, const float* x, int T, const float* out) const;
     static void fold_into(MatvecArgs& a, const PendingNorm& n, bool write);  // write: also the norm's output
+    // Split-K partial sums: where and how many floats (p null: no split).
+    struct PartialSlice {  // no member initializers: {} zero-initializes (a default argument below)
+        float* p;
+        int64_t floats;
+    };
     void run_matmul(const Weight& w, const float* x, int T, float* out, bool accumulate, cudaStream_t s,
-                    bool may_split = false, const PendingNorm* fold = nullptr, bool write_norm = false);
+                    PartialSlice partial = {}, const PendingNorm* fold = nullptr, bool write_norm = false);
     void flush_matmuls();
     bool imma_two_ = true;
     ImmaTwoFn find_imma_two(const int* unit_of, int units, int (&two)[2]) const;
@@ -170,7 +182,8 @@ private:
     // grows on demand (never while recording a graph).
     bool use_qgemm(const Weight& w, int T) const;
     void reserve_qgemm(int T, int64_t cols);
-    void run_qgemm(const Weight& w, int T, float* out, bool accumulate, cudaStream_t s, bool may_split);
+    PartialSlice partial_slice(int u, int units) const;
+    void run_qgemm(const Weight& w, int T, float* out, bool accumulate, cudaStream_t s, PartialSlice partial);
 
     QuantMatrix matrix(const Weight& w) const;
     int warps_per_row(const Weight& w, int unit, int row_groups) const;
@@ -207,11 +220,15 @@ private:
     float* qg_inv_ = nullptr;           // ... and per-token scales
     size_t qg_x_halves_ = 0;
     int qg_T_ = 0;
-    float* qg_partial_ = nullptr;       // split-K partial sums (main stream only)
+    float* qg_partial_ = nullptr;       // split-K partial sums (a slice per stream of a group: partial_slice)
     // Q8_0 and IQ weights with a block scale too large for their wgmma GEMM to carry in f16 weights
     // (load_weight): it folds their scales instead (QGemmArgs::fold_scales).
     std::unordered_set<const void*> scale_wide_;
     bool fold_all_ = std::getenv("DF_CUDA_QGEMM_FOLD") != nullptr;  // A/B: every weight folds
+    bool narrow_ = [] {
+        const char* e = std::getenv("DF_CUDA_QGEMM_NARROW");
+        return !e || std::string(e) != "0";
+    }();
     // The activations qg_x_ holds converted (T qg_src_T_, qg_src_n_ columns), from a matmul group
     // or a prefill SwiGLU; every op that may write memory forgets it, and so does graph capture.
     const float* qg_src_ = nullptr;

@@ -57,36 +57,47 @@ template <bool kInA>
 inline constexpr int kWgThreadsOf = 128 * kWgGroupsOf<kInA>;
 static_assert(kWgBMOf<false> == kQGemmWgTileRows && kWgBMOf<true> == kQGemmWgInATileRows, "kernels.h's tile rows");
 
-// Slab stages and resident blocks per SM of a form; L = stages - 2 slabs are in flight ahead of
-// the one decoded.
-template <bool kInA>
-inline constexpr int kWgStagesOf = kInA ? kQGemmWgInAStages : 5;
-template <bool kInA>
-inline constexpr int kWgBlocksOf = kInA ? kQGemmWgInABlocksPerSm : kQGemmWgBlocksPerSm;
-// Tokens per block, and the bytes of a slab stage (tokens x 8 chunks x 16 bytes).
+// Tokens per block of a form: the folded form 128; kInA 256, or 16 / 64 for short T (kernels.h's
+// qgemm_wg_ina_tokens).
 template <bool kInA>
 inline constexpr int kWgBNOf = kInA ? kQGemmWgInATokens : 128;
-template <bool kInA>
-inline constexpr int kWgSlabBytesOf = kWgBNOf<kInA> * 128;
+// Slab stages and resident blocks per SM of a form and its tokens per block; L = stages - 2 slabs
+// are in flight ahead of the one decoded.
+template <bool kInA, int BN>
+inline constexpr int kWgStagesOf = !kInA ? 5 : BN == kQGemmWgInATokens ? kQGemmWgInAStages : kQGemmWgNarrowStages;
+template <bool kInA, int BN>
+inline constexpr int kWgBlocksOf = !kInA ? kQGemmWgBlocksPerSm : qgemm_wg_ina_blocks_per_sm(BN);
+// The bytes of a slab stage (tokens x 8 chunks x 16 bytes).
+template <int BN>
+inline constexpr int kWgSlabBytesOf = BN * 128;
 
 // acc (+)= a b over BN tokens: one m64nBNk16 wgmma.
 template <int BN>
 DF_DEV void wgmma_f16(float (&acc)[BN / 2], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+    static_assert(BN == 16 || BN == 64 || BN == 128 || BN == 256, "wgmma_f16: no such token tile");
     if constexpr (BN == 256)
         wgmma_m64n256k16_f16(acc, a, b, accumulate);
-    else
+    else if constexpr (BN == 128)
         wgmma_m64n128k16_f16(acc, a, b, accumulate);
+    else if constexpr (BN == 64)
+        wgmma_m64n64k16_f16(acc, a, b, accumulate);
+    else
+        wgmma_m64n16k16_f16(acc, a, b, accumulate);
 }
 
-template <class G, bool kInA>
-constexpr int wg_unit_slots() { return (kWgStagesOf<kInA> - 2 + qg_slabs_per_unit<G>() - 1) / qg_slabs_per_unit<G>() + 1; }
+template <class G, bool kInA, int BN>
+constexpr int wg_unit_slots() { return (kWgStagesOf<kInA, BN> - 2 + qg_slabs_per_unit<G>() - 1) / qg_slabs_per_unit<G>() + 1; }
 template <class G, bool kInA>
 constexpr int wg_unit_bytes() { return kWgBMOf<kInA> * (G::kStride + G::kHead); }
 // + 1024: the slab stages start on a 1024-byte boundary (the swizzle atom).
-template <class G, bool kInA>
+template <class G, bool kInA, int BN = kWgBNOf<kInA>>
 constexpr int wg_smem_bytes() {
-    return 1024 + kWgStagesOf<kInA> * kWgSlabBytesOf<kInA> + wg_unit_slots<G, kInA>() * wg_unit_bytes<G, kInA>() + qg_tabs_bytes<G>();
+    return 1024 + kWgStagesOf<kInA, BN> * kWgSlabBytesOf<BN> + wg_unit_slots<G, kInA, BN>() * wg_unit_bytes<G, kInA>() +
+           qg_tabs_bytes<G>();
 }
+// Whether BN-token blocks of a form fit an SM as many times as the form wants.
+template <class G, bool kInA, int BN>
+constexpr bool wg_blocks_fit() { return kWgBlocksOf<kInA, BN> * (wg_smem_bytes<G, kInA, BN>() + 1024 + 64) <= 228 * 1024; }
 // Q8_0's scale changes every slab; the other types' over a 256-column unit.
 template <class G>
 constexpr int wg_scale_slabs() { return G::kUnitCols == 64 ? 1 : qg_slabs_per_unit<G>(); }
@@ -98,7 +109,7 @@ using WgDecoder = std::conditional_t<kInA, GemmQInA<TY>, GemmQ<TY>>;
 template <Type TY>
 constexpr bool qgemm_wg_in_a() {
     if constexpr (requires { GemmQ<TY>::kScaleInA; })
-        return kWgBlocksOf<true> * (wg_smem_bytes<WgDecoder<TY, true>, true>() + 1024 + 64) <= 228 * 1024;
+        return wg_blocks_fit<WgDecoder<TY, true>, true, kQGemmWgInATokens>();  // the narrow tiles then fit too (asserted)
     else
         return false;
 }
@@ -118,12 +129,13 @@ DF_DEV uint64_t wg_desc_sw128(uint32_t addr) { return wg_desc(addr, 16, 1024) | 
 // kInA: the weights as d q s = hi + lo in A (the decoder's slab_hl), three products per k16 step
 // (hi x, lo x_hi; lo x_lo dropped, ~2^-22) straight into the result: no temporary accumulator,
 // no fold and no wait for any slab's products.
-template <Type TY, bool kInA>
-__global__ void __launch_bounds__(kWgThreadsOf<kInA>, kWgBlocksOf<kInA>)
+template <Type TY, bool kInA, int BN>
+__global__ void __launch_bounds__(kWgThreadsOf<kInA>, (kWgBlocksOf<kInA, BN>))
     qgemm_wg_kernel(const QGemmArgs a, const __grid_constant__ CUtensorMap xmap) {
     using G = WgDecoder<TY, kInA>;
-    constexpr int S = kWgStagesOf<kInA>, L = S - 2, SPU = qg_slabs_per_unit<G>(), US = wg_unit_slots<G, kInA>();
-    constexpr int UB = wg_unit_bytes<G, kInA>(), BM = kWgBMOf<kInA>, BN = kWgBNOf<kInA>, kSlabBytes = kWgSlabBytesOf<kInA>, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
+    static_assert(kInA || BN == kWgBNOf<false>, "the folded form has 128 tokens per block");
+    constexpr int S = kWgStagesOf<kInA, BN>, L = S - 2, SPU = qg_slabs_per_unit<G>(), US = wg_unit_slots<G, kInA, BN>();
+    constexpr int UB = wg_unit_bytes<G, kInA>(), BM = kWgBMOf<kInA>, kSlabBytes = kWgSlabBytesOf<BN>, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
     static_assert(SPU % SG == 0 && SPU % 2 == 0, "scale groups tile the units; slabs in pairs");
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* const slabs_smem = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
@@ -335,16 +347,15 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, kWgBlocksOf<kInA>)
     cluster_sync_all();  // no block leaves while another may still arrive on its barriers
 }
 
-template <Type TY, bool kInA>
+template <Type TY, bool kInA, int BN = kWgBNOf<kInA>>
 void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
-    constexpr int smem = wg_smem_bytes<WgDecoder<TY, kInA>, kInA>();
-    static_assert(kWgBlocksOf<kInA> * (smem + 1024) <= 228 * 1024, "qgemm_wg: the blocks per SM must fit");
+    constexpr int smem = wg_smem_bytes<WgDecoder<TY, kInA>, kInA, BN>();
+    static_assert(kWgBlocksOf<kInA, BN> * (smem + 1024) <= 228 * 1024, "qgemm_wg: the blocks per SM must fit");
     static bool attr_set = false;  // ops are issued from one thread
     if (!attr_set) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_wg_kernel<TY, kInA>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        DF_CUDA_CHECK(cudaFuncSetAttribute(qgemm_wg_kernel<TY, kInA, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
-    constexpr int BN = kWgBNOf<kInA>;
     const dim3 grid((a.w.rows + kWgBMOf<kInA> - 1) / kWgBMOf<kInA>, (a.T + BN - 1) / BN, a.splits);
     // The clusters tile the row blocks. kInA runs alone (its warpgroups release stages by a count
     // in shared memory; as three blocks per SM it gained nothing from sharing slabs, 4B prefill
@@ -355,7 +366,7 @@ void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
     // block's slice of the tokens.
     const CUtensorMap xmap = tensor_map_u16_sw128(a.xhl, 2 * static_cast<uint64_t>(a.w.cols), static_cast<uint64_t>(a.T),
                                                   4 * static_cast<uint64_t>(a.w.cols), 64, static_cast<uint32_t>(BN / C));
-    launch_cluster(qgemm_wg_kernel<TY, kInA>, grid, kWgThreadsOf<kInA>, smem, s, C, a, xmap);
+    launch_cluster(qgemm_wg_kernel<TY, kInA, BN>, grid, kWgThreadsOf<kInA>, smem, s, C, a, xmap);
 }
 
 template <Type TY>
@@ -363,7 +374,13 @@ void qgemm_wg_launch(const QGemmArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.wg_order, "qgemm_wg: needs the activations in wg_order");
     qgemm_check<TY>(a);
     if constexpr (qgemm_wg_in_a<TY>()) {
-        if (!a.fold_scales) return qgemm_wg_start<TY, true>(a, s);
+        if (!a.fold_scales) {
+            const int tokens = a.tokens > 0 ? a.tokens : qgemm_wg_ina_tokens(a.T);
+            DF_CUDA_REQUIRE(tokens == 16 || tokens == 64 || tokens == kQGemmWgInATokens, "qgemm_wg: no such token tile");
+            if (tokens == 16) return qgemm_wg_start<TY, true, 16>(a, s);
+            if (tokens == 64) return qgemm_wg_start<TY, true, 64>(a, s);
+            return qgemm_wg_start<TY, true>(a, s);
+        }
     }
     qgemm_wg_start<TY, false>(a, s);
 }

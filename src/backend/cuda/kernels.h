@@ -175,6 +175,7 @@ struct QGemmArgs {
     const ImmaTables* itables = nullptr;
     bool wg_order = false;          // xhl in launch_gemm_act's wg_order
     bool fold_scales = false;       // on wgmma: a block scale too large to carry in f16 weights, so fold them
+    int tokens = 0;                 // the kInA form's tokens per block (qgemm_wg_ina_tokens; 0: by T)
 };
 struct QGemmEntry {
     void (*launch)(const QGemmArgs&, cudaStream_t) = nullptr;  // nullptr: no exact-f16 GEMM
@@ -198,6 +199,17 @@ constexpr int kQGemmTileRows = 128, kQGemmTileTokens = 128, kQGemmBlocksPerSm = 
 constexpr int kQGemmWgTileRows = 64, kQGemmWgBlocksPerSm = 2, kQGemmWgInATokens = 256;
 constexpr int kQGemmWgInAGroups = DF_QGEMM_WG_INA_GROUPS, kQGemmWgInATileRows = 64 * kQGemmWgInAGroups;
 constexpr int kQGemmWgInABlocksPerSm = kQGemmWgInAGroups == 2 ? 1 : 2, kQGemmWgInAStages = kQGemmWgInAGroups == 2 ? 4 : 3;
+// Short T (a DFlash block of 16, a short prompt, a chunk's tail) on 256-token blocks would pay for
+// 256 tokens of products: 16x at T = 16, the tensor pipe then the bound instead of the weights'
+// bytes. The kInA form therefore also comes with 16 and 64 tokens per block, whose small slabs
+// leave room for more blocks per SM and six slab stages (four slabs ahead). `narrow` false: 256.
+constexpr int kQGemmWgNarrowStages = 6;
+constexpr int qgemm_wg_ina_tokens(int T, bool narrow = true) {
+    return !narrow ? kQGemmWgInATokens : T <= 16 ? 16 : T <= 64 ? 64 : kQGemmWgInATokens;
+}
+constexpr int qgemm_wg_ina_blocks_per_sm(int tokens) {
+    return tokens == 16 ? 3 : tokens == 64 ? 2 : kQGemmWgInABlocksPerSm;
+}
 // Blocks per thread block cluster of the wgmma GEMM: the blocks of a cluster take consecutive row
 // tiles of the same tokens and share each activation slab, copied once for all of them (TMA
 // multicast; at most this many, fewer where the row tiles do not divide; the form with the scales
