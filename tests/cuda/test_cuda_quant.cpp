@@ -178,22 +178,35 @@ TEST(CudaMatmulShapes, ExactF16GemmTilesAndSplits) {
 }
 
 // Short T on the wgmma GEMM's 16- and 64-token blocks (a DFlash block, a short prompt): both
-// narrow tiles, the switch points between them and the 256-token tile, token tails, split K and
-// accumulation; the same calls on 256-token blocks (DF_CUDA_QGEMM_NARROW=0) for comparison.
+// narrow tiles, the switch points between them and the wide tiles, token tails, split K and
+// accumulation, in both forms (the K-quants and weights with wide block scales fold); the same
+// calls on wide blocks (DF_CUDA_QGEMM_NARROW=0) for comparison. Types without the exact-f16
+// GEMM run their matvec per 8 tokens up to T = 32.
 TEST(CudaMatmulShapes, NarrowTokenTilesMatchCpu) {
     DF_REQUIRE_CUDA();
     auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu_backend());
     if (!cuda.qgemm_wgmma()) GTEST_SKIP() << "no wgmma form here (needs an sm_90a build on a 9.0 device)";
     for (bool narrow : {true, false}) {
-        SCOPED_TRACE(narrow ? "narrow tiles" : "256-token tiles");
+        SCOPED_TRACE(narrow ? "narrow tiles" : "wide tiles");
         cuda.set_qgemm_narrow(narrow);
-        for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S}) {
-            check_matmul(t, 300, 2560, {9, 15, 16, 17, 40, 64, 65}, false, true, true);
-            check_matmul(t, 131, 1536, {16, 33}, true, true, true);
+        for (bool fold : {false, true}) {
+            SCOPED_TRACE(fold ? "folded" : "scales in the weights");
+            cuda.set_qgemm_fold(fold);
+            for (Type t : {Type::Q8_0, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::Q2_K,
+                           Type::Q4_K, Type::Q5_K}) {
+                if (fold && t != Type::Q8_0 && t != Type::IQ2_XXS) continue;
+                check_matmul(t, 300, 2560, {9, 15, 16, 17, 40, 64, 65}, false, true, true);
+                check_matmul(t, 131, 1536, {16, 33}, true, true, true);
+            }
         }
+        cuda.set_qgemm_fold(false);
         check_matmul(Type::Q8_0, 4100, 1024, {16}, false, true, true);  // many row blocks, few splits
     }
     cuda.set_qgemm_narrow(true);
+    for (Type t : {Type::Q6_K, Type::IQ4_XS, Type::Q4_0, Type::F16, Type::BF16}) {
+        check_matmul(t, 300, 2560, {9, 16, 32, 33}, false);
+        check_matmul(t, 131, 1536, {12}, true);
+    }
 }
 
 // Short GEMMs held back as a group (q, k, v of a short prompt: one launch per side stream) split

@@ -75,14 +75,27 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_mma_kernel(const Att
     auto row_ok = [&](int r) { return r < tok_per_block * group && row_token(r) < a.T; };
     pdl_wait();
 
-    // Queries times the scale in base 2 -> f16 hi/lo (idle rows: zeros).
+    // Queries times the scale in base 2 -> f16 hi/lo (idle rows: zeros), loaded 8 at a time
+    // before their stores (one load in flight per thread and step made a short prompt's blocks,
+    // which do little else, wait ~D / 2 load latencies).
     const float scale2 = a.scale * 1.44269504088896341f;
-    for (int i = threadIdx.x; i < kRows * D; i += blockDim.x) {
-        const int r = i / D, d = i % D;
-        const float x = row_ok(r) ? scale2 * a.q[static_cast<int64_t>(row_token(r)) * a.q_row +
-                                                 static_cast<int64_t>(h0 + r % group) * a.q_stride + d]
-                                  : 0.f;
-        split_f16(x, qh[r * P + d], ql[r * P + d]);
+    constexpr int kThreads = kWarps * 32, kSteps = kRows * D / kThreads, kBatch = 8;
+    static_assert(kSteps % kBatch == 0, "whole batches");
+#pragma unroll 1
+    for (int b = 0; b < kSteps; b += kBatch) {
+        float x[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = threadIdx.x + (b + j) * kThreads, r = i / D, d = i % D;
+            x[j] = row_ok(r) ? scale2 * a.q[static_cast<int64_t>(row_token(r)) * a.q_row +
+                                            static_cast<int64_t>(h0 + r % group) * a.q_stride + d]
+                             : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = threadIdx.x + (b + j) * kThreads, r = i / D, d = i % D;
+            split_f16(x[j], qh[r * P + d], ql[r * P + d]);
+        }
     }
     if (threadIdx.x < kRows) row_pos[threadIdx.x] = row_ok(threadIdx.x) ? a.pos[row_token(threadIdx.x)] : -1;
     __syncthreads();

@@ -25,6 +25,8 @@ constexpr size_t kStagingBytes = size_t{64} << 20;
 constexpr size_t kAttnPartialBytes = size_t{32} << 20;
 // Split-K partial sums of the exact-f16 GEMM (64 MB; splits that would need more are not taken).
 constexpr int64_t kQGemmPartialFloats = int64_t{16} << 20;
+// Up to this many tokens, a type without the exact-f16 GEMM runs its matvec per 8 tokens (run_matmul).
+constexpr int kChunkedMatvecT = 32;
 constexpr int kArgmaxKeys = 1 << 16;
 
 const char* kind_name(MemKind k) {
@@ -526,13 +528,13 @@ void CudaBackend::run_qgemm(const Weight& w, int T, float* out, bool accumulate,
     const bool wg = qg_wg_ && e.launch_wg;
     const bool in_a = wg && e.wide_scale_bits && !a.fold_scales;  // gemm_wg.cuh's kInA form
     const int tile_rows = in_a ? kQGemmWgInATileRows : wg ? kQGemmWgTileRows : kQGemmTileRows;
-    const int tile_tokens = in_a ? qgemm_wg_ina_tokens(T, narrow_) : kQGemmTileTokens;
-    a.tokens = in_a ? tile_tokens : 0;
+    const int tile_tokens = in_a ? qgemm_wg_ina_tokens(T, narrow_) : wg ? qgemm_wg_fold_tokens(T, narrow_) : kQGemmTileTokens;
+    a.tokens = wg ? tile_tokens : 0;
     // Split K when that fills the waves of resident blocks better: the estimated time of s splits
     // is ceil(tiles s / slots) / s waves of whole-K blocks plus ~2 % per split for the partial sums;
     // at least two units per range, partial sums within the scratch. Deterministic either way.
     const int64_t tiles = ((w.rows + tile_rows - 1) / tile_rows) * ((T + tile_tokens - 1) / tile_tokens);
-    const int per_sm = !wg ? kQGemmBlocksPerSm : in_a ? qgemm_wg_ina_blocks_per_sm(tile_tokens) : kQGemmWgBlocksPerSm;
+    const int per_sm = !wg ? kQGemmBlocksPerSm : in_a ? qgemm_wg_ina_blocks_per_sm(tile_tokens) : qgemm_wg_fold_blocks_per_sm(tile_tokens);
     const int64_t slots = static_cast<int64_t>(per_sm) * sm_count_;
     const int64_t max_splits =
         partial.p ? std::max<int64_t>(1, std::min<int64_t>({8, w.cols / e.unit / 2, partial.floats / (int64_t{T} * w.rows)})) : 1;
@@ -751,6 +753,14 @@ void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out,
         ops.imma(imma_args(w, nullptr, T, out, accumulate, s), s);  // flush() converted x
     } else if (T <= 8) {
         ops.matvec(matvec_args(w, x, T, out, accumulate, 4, fold, write_norm), s);
+    } else if (T <= kChunkedMatvecT) {
+        // A short T on a type without the exact-f16 GEMM: the matvec on 8 tokens at a time (the
+        // weights read once per chunk) instead of gemm_kernel, whose 128-row blocks are too few
+        // for a short T (the 27B's IQ4_XS attn_k at T = 16: 8 blocks, 190 us).
+        for (int t0 = 0; t0 < T; t0 += 8)
+            ops.matvec(matvec_args(w, x + static_cast<size_t>(t0) * w.cols, std::min(8, T - t0),
+                                   out + static_cast<size_t>(t0) * w.rows, accumulate, 4, nullptr, false),
+                       s);
     } else {
         GemmArgs a;
         a.w = matrix(w);

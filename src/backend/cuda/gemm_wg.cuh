@@ -57,8 +57,8 @@ template <bool kInA>
 inline constexpr int kWgThreadsOf = 128 * kWgGroupsOf<kInA>;
 static_assert(kWgBMOf<false> == kQGemmWgTileRows && kWgBMOf<true> == kQGemmWgInATileRows, "kernels.h's tile rows");
 
-// Tokens per block of a form: the folded form 128; kInA 256, or 16 / 64 for short T (kernels.h's
-// qgemm_wg_ina_tokens).
+// Tokens per block of a form: the folded form 128, kInA 256; both 16 / 64 for short T (kernels.h's
+// qgemm_wg_ina_tokens, qgemm_wg_fold_tokens).
 template <bool kInA>
 inline constexpr int kWgBNOf = kInA ? kQGemmWgInATokens : 128;
 // Slab stages and resident blocks per SM of a form and its tokens per block; L = stages - 2 slabs
@@ -66,7 +66,7 @@ inline constexpr int kWgBNOf = kInA ? kQGemmWgInATokens : 128;
 template <bool kInA, int BN>
 inline constexpr int kWgStagesOf = !kInA ? 5 : BN == kQGemmWgInATokens ? kQGemmWgInAStages : kQGemmWgNarrowStages;
 template <bool kInA, int BN>
-inline constexpr int kWgBlocksOf = !kInA ? kQGemmWgBlocksPerSm : qgemm_wg_ina_blocks_per_sm(BN);
+inline constexpr int kWgBlocksOf = !kInA ? qgemm_wg_fold_blocks_per_sm(BN) : qgemm_wg_ina_blocks_per_sm(BN);
 // The bytes of a slab stage (tokens x 8 chunks x 16 bytes).
 template <int BN>
 inline constexpr int kWgSlabBytesOf = BN * 128;
@@ -133,7 +133,6 @@ template <Type TY, bool kInA, int BN>
 __global__ void __launch_bounds__(kWgThreadsOf<kInA>, (kWgBlocksOf<kInA, BN>))
     qgemm_wg_kernel(const QGemmArgs a, const __grid_constant__ CUtensorMap xmap) {
     using G = WgDecoder<TY, kInA>;
-    static_assert(kInA || BN == kWgBNOf<false>, "the folded form has 128 tokens per block");
     constexpr int S = kWgStagesOf<kInA, BN>, L = S - 2, SPU = qg_slabs_per_unit<G>(), US = wg_unit_slots<G, kInA, BN>();
     constexpr int UB = wg_unit_bytes<G, kInA>(), BM = kWgBMOf<kInA>, kSlabBytes = kWgSlabBytesOf<BN>, kPerRow = G::kBody / G::kCopy, SG = wg_scale_slabs<G>();
     static_assert(SPU % SG == 0 && SPU % 2 == 0, "scale groups tile the units; slabs in pairs");
@@ -210,8 +209,8 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, (kWgBlocksOf<kInA, BN>))
     const uint64_t desc0 = wg_desc_sw128(smem_addr(slabs_smem));
     const int r0 = 16 * warp + g, r1 = r0 + 8;
     constexpr bool kMins = decoder_has_mins<G>();
-    constexpr int TM = kMins ? 64 : 1;
-    float acc[BN / 2], t[kInA ? 1 : 64], sv[2][2];  // result, temporary accumulator, row scales per slab parity
+    constexpr int TM = kMins ? BN / 2 : 1;
+    float acc[BN / 2], t[kInA ? 1 : BN / 2], sv[2][2];  // result, temporary accumulator, row scales per slab parity
     float tm[TM], svm[2][2];         // mins: sums of the sub-block minimum times x, - dmin per row
     uint32_t af[2][2][4];            // A fragments per slab parity and k16 step (kInA: the hi halves)
     uint32_t al[kInA ? 2 : 1][2][4]; // kInA: the lo halves
@@ -289,15 +288,15 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, (kWgBlocksOf<kInA, BN>))
                 prepare.template operator()<1 - P>(i + 1);
             }
         } else {
-            wgmma_m64n128k16_f16(t, af[P][0], sb + 0, i % SG != 0);  // step 0 hi
-            wgmma_m64n128k16_f16(t, af[P][0], sb + 4, true);         // step 0 lo
-            wgmma_m64n128k16_f16(t, af[P][1], sb + 2, true);         // step 1 hi
-            wgmma_m64n128k16_f16(t, af[P][1], sb + 6, true);         // step 1 lo
+            wgmma_f16<BN>(t, af[P][0], sb + 0, i % SG != 0);  // step 0 hi
+            wgmma_f16<BN>(t, af[P][0], sb + 4, true);         // step 0 lo
+            wgmma_f16<BN>(t, af[P][1], sb + 2, true);         // step 1 hi
+            wgmma_f16<BN>(t, af[P][1], sb + 6, true);         // step 1 lo
             if constexpr (kMins) {  // - dmin sum_k m(k) x_k: the minimum as the weight
-                wgmma_m64n128k16_f16(tm, am[P], sb + 0, i % SG != 0);
-                wgmma_m64n128k16_f16(tm, am[P], sb + 4, true);
-                wgmma_m64n128k16_f16(tm, am[P], sb + 2, true);
-                wgmma_m64n128k16_f16(tm, am[P], sb + 6, true);
+                wgmma_f16<BN>(tm, am[P], sb + 0, i % SG != 0);
+                wgmma_f16<BN>(tm, am[P], sb + 4, true);
+                wgmma_f16<BN>(tm, am[P], sb + 2, true);
+                wgmma_f16<BN>(tm, am[P], sb + 6, true);
             }
             wgmma_commit();
             if (i + 1 < nk) {
@@ -307,10 +306,10 @@ __global__ void __launch_bounds__(kWgThreadsOf<kInA>, (kWgBlocksOf<kInA, BN>))
             if (i % SG == SG - 1) {
                 wgmma_wait<0>();
 #pragma unroll
-                for (int e = 0; e < 64; ++e) acc[e] = fmaf(t[e], sv[P][(e >> 1) & 1], acc[e]);
+                for (int e = 0; e < BN / 2; ++e) acc[e] = fmaf(t[e], sv[P][(e >> 1) & 1], acc[e]);
                 if constexpr (kMins) {
 #pragma unroll
-                    for (int e = 0; e < 64; ++e) acc[e] = fmaf(tm[e], svm[P][(e >> 1) & 1], acc[e]);
+                    for (int e = 0; e < BN / 2; ++e) acc[e] = fmaf(tm[e], svm[P][(e >> 1) & 1], acc[e]);
                 }
             }
         }
@@ -361,7 +360,7 @@ void qgemm_wg_start(const QGemmArgs& a, cudaStream_t s) {
     // in shared memory; as three blocks per SM it gained nothing from sharing slabs, 4B prefill
     // at 4096 -1.5 % in clusters of 2).
     int C = kInA ? 1 : qgemm_cluster();
-    while (grid.x % C != 0) C /= 2;
+    while (grid.x % C != 0 || BN / C < 8) C /= 2;  // slices of whole 8-token swizzle atoms
     // The activations as T rows of 2 cols halves (wg_order); a box is one slab's 64 halves of a
     // block's slice of the tokens.
     const CUtensorMap xmap = tensor_map_u16_sw128(a.xhl, 2 * static_cast<uint64_t>(a.w.cols), static_cast<uint64_t>(a.T),
@@ -382,6 +381,10 @@ void qgemm_wg_launch(const QGemmArgs& a, cudaStream_t s) {
             return qgemm_wg_start<TY, true>(a, s);
         }
     }
+    const int tokens = a.tokens > 0 ? a.tokens : qgemm_wg_fold_tokens(a.T);
+    DF_CUDA_REQUIRE(tokens == 16 || tokens == 64 || tokens == kWgBNOf<false>, "qgemm_wg: no such token tile");
+    if (tokens == 16) return qgemm_wg_start<TY, false, 16>(a, s);
+    if (tokens == 64) return qgemm_wg_start<TY, false, 64>(a, s);
     qgemm_wg_start<TY, false>(a, s);
 }
 

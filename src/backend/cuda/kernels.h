@@ -202,7 +202,8 @@ constexpr int kQGemmWgInABlocksPerSm = kQGemmWgInAGroups == 2 ? 1 : 2, kQGemmWgI
 // Short T (a DFlash block of 16, a short prompt, a chunk's tail) on 256-token blocks would pay for
 // 256 tokens of products: 16x at T = 16, the tensor pipe then the bound instead of the weights'
 // bytes. The kInA form therefore also comes with 16 and 64 tokens per block, whose small slabs
-// leave room for more blocks per SM and six slab stages (four slabs ahead). `narrow` false: 256.
+// leave room for more blocks per SM and six slab stages (four slabs ahead); `narrow` false: 256.
+// The folded form (K-quants) likewise has 16- and 64-token blocks besides its 128.
 constexpr int kQGemmWgNarrowStages = 6;
 constexpr int qgemm_wg_ina_tokens(int T, bool narrow = true) {
     return !narrow ? kQGemmWgInATokens : T <= 16 ? 16 : T <= 64 ? 64 : kQGemmWgInATokens;
@@ -210,6 +211,9 @@ constexpr int qgemm_wg_ina_tokens(int T, bool narrow = true) {
 constexpr int qgemm_wg_ina_blocks_per_sm(int tokens) {
     return tokens == 16 ? 3 : tokens == 64 ? 2 : kQGemmWgInABlocksPerSm;
 }
+// The folded form likewise (128 tokens per block otherwise).
+constexpr int qgemm_wg_fold_tokens(int T, bool narrow = true) { return !narrow ? 128 : T <= 16 ? 16 : T <= 64 ? 64 : 128; }
+constexpr int qgemm_wg_fold_blocks_per_sm(int tokens) { return tokens == 16 ? 3 : kQGemmWgBlocksPerSm; }
 // Blocks per thread block cluster of the wgmma GEMM: the blocks of a cluster take consecutive row
 // tiles of the same tokens and share each activation slab, copied once for all of them (TMA
 // multicast; at most this many, fewer where the row tiles do not divide; the form with the scales
