@@ -19,20 +19,38 @@ constexpr int kActThreads = 256;
 // kSwiglu, the first pass forms x = silu(x) * up in place (the second reads it back after the
 // block's barrier).
 template <bool kSwiglu>
-__global__ void __launch_bounds__(kActThreads) gemm_act_kernel(float* x, const float* up, int cols, uint16_t* xhl,
-                                                               float* xinv, bool wg_order) {
+__global__ void __launch_bounds__(kActThreads) gemm_act_kernel(float* __restrict__ x, const float* __restrict__ up, int cols,
+                                                               uint16_t* __restrict__ xhl, float* __restrict__ xinv,
+                                                               bool wg_order) {
     pdl_begin();
-    const int t = blockIdx.x;
+    const int t = blockIdx.x, n4 = cols / 4;
     float4* const row = reinterpret_cast<float4*>(x + static_cast<size_t>(t) * cols);
+    const float4* const up4 = kSwiglu ? reinterpret_cast<const float4*>(up + static_cast<size_t>(t) * cols) : nullptr;
     float mx = 0.f;
-    for (int i = threadIdx.x; i < cols / 4; i += kActThreads) {
-        float4 v = row[i];
-        if constexpr (kSwiglu) {
-            const float4 u = reinterpret_cast<const float4*>(up + static_cast<size_t>(t) * cols)[i];
-            v = make_float4(silu_f(v.x) * u.x, silu_f(v.y) * u.y, silu_f(v.z) * u.z, silu_f(v.w) * u.w);
-            row[i] = v;
+    // Four loads (of x and up) in flight per thread before their stores: a short prompt has a
+    // block per token and little else to hide the latency with.
+    constexpr int kBatch = 4;
+    for (int i0 = threadIdx.x; i0 < n4; i0 += kBatch * kActThreads) {
+        float4 v[kBatch], u[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = i0 + j * kActThreads;
+            if (i < n4) {
+                v[j] = row[i];
+                if constexpr (kSwiglu) u[j] = up4[i];
+            }
         }
-        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = i0 + j * kActThreads;
+            if (i >= n4) break;
+            if constexpr (kSwiglu) {
+                v[j] = make_float4(silu_f(v[j].x) * u[j].x, silu_f(v[j].y) * u[j].y, silu_f(v[j].z) * u[j].z,
+                                   silu_f(v[j].w) * u[j].w);
+                row[i] = v[j];
+            }
+            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
+        }
     }
     __shared__ float red[kActThreads / 32];
     mx = warp_max(mx);
@@ -55,6 +73,7 @@ __global__ void __launch_bounds__(kActThreads) gemm_act_kernel(float* x, const f
         // A thread per chunk c of a slab: its columns 8i + 2c, 8i + 2c + 1 (i < 4) are 4 float2
         // loads, its hi and lo one 16-byte store each (4 threads write a slab's 64 hi bytes).
         const float2* row2 = reinterpret_cast<const float2*>(x + static_cast<size_t>(t) * cols);
+#pragma unroll 2
         for (int j = threadIdx.x; j < cols / 8; j += kActThreads) {
             const int slab = j / 4, c = j % 4;
             uint32_t hi[4], lo[4];
@@ -69,6 +88,7 @@ __global__ void __launch_bounds__(kActThreads) gemm_act_kernel(float* x, const f
         }
         return;
     }
+#pragma unroll 2
     for (int i = threadIdx.x; i < cols / 8; i += kActThreads) {
         const float4 a = row[2 * i], b = row[2 * i + 1];
         const float v[8] = {a.x * scale, a.y * scale, a.z * scale, a.w * scale,

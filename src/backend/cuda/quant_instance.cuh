@@ -29,3 +29,22 @@ int decode_smem_per_sm(bool imma, bool pair) {
                                        imma_entry<Type::name>(), qgemm_entry<Type::name>(),            \
                                        decode_smem_per_sm<Type::name>};                                \
     }
+
+// The exact-f16 GEMM of a type (GemmQ<T>) in its own translation unit: quant_<T>.cu declares its
+// launchers (DF_CUDA_EXTERN_QGEMM) and qgemm_<T>.cu instantiates them (DF_CUDA_DEFINE_QGEMM).
+#if defined(DF_CUDA_WGMMA)
+#define DF_CUDA_QGEMM_WG_INSTANCE(prefix, name) prefix template void qgemm_wg_launch<Type::name>(const QGemmArgs&, cudaStream_t);
+#else
+#define DF_CUDA_QGEMM_WG_INSTANCE(prefix, name)
+#endif
+#define DF_CUDA_EXTERN_QGEMM(name)                                                       \
+    namespace df::cuda {                                                                  \
+    extern template void qgemm_launch<Type::name>(const QGemmArgs&, cudaStream_t);        \
+    DF_CUDA_QGEMM_WG_INSTANCE(extern, name)                                              \
+    }
+#define DF_CUDA_DEFINE_QGEMM(name)                                                              \
+    namespace df::cuda {                                                                         \
+    static_assert(GemmQ<Type::name>::kSupported, #name ": no exact-f16 GEMM decoder (CMakeLists)"); \
+    template void qgemm_launch<Type::name>(const QGemmArgs&, cudaStream_t);                      \
+    DF_CUDA_QGEMM_WG_INSTANCE(, name)                                                           \
+    }
