@@ -101,7 +101,7 @@ public:
         fold_all_ = on;
     }
     // The wgmma GEMM's 16- and 64-token blocks for short T (kernels.h's qgemm_wg_ina_tokens); off:
-    // every T on 256-token blocks (DF_CUDA_QGEMM_NARROW=0; for tests and A/B runs).
+    // every T on the wide blocks, 256 / 128 tokens (DF_CUDA_QGEMM_NARROW=0; for tests and A/B runs).
     void set_qgemm_narrow(bool on) {
         flush();
         narrow_ = on;

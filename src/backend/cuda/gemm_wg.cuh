@@ -26,6 +26,8 @@
 // serializes all wgmma of a kernel that reads accumulators while one is in flight), and the
 // other resident block's wgmma fill that gap. Stages are refilled two slabs after their use.
 //
+// Short T (<= 16, <= 64) takes 16- or 64-token blocks of either form, three / two per SM (kInA:
+// six slab stages): a wide block would pay for all its tokens' products.
 // Block: the folded form 128 threads (one warpgroup), 64 rows x 128 tokens, two blocks per SM;
 // kInA two warpgroups, 128 rows x 256 tokens, one block per SM: both warpgroups read each slab,
 // so an SM holds half the slab bytes per product and four stages fit (three as two blocks of one

@@ -175,7 +175,7 @@ struct QGemmArgs {
     const ImmaTables* itables = nullptr;
     bool wg_order = false;          // xhl in launch_gemm_act's wg_order
     bool fold_scales = false;       // on wgmma: a block scale too large to carry in f16 weights, so fold them
-    int tokens = 0;                 // the kInA form's tokens per block (qgemm_wg_ina_tokens; 0: by T)
+    int tokens = 0;                 // wgmma: tokens per block (qgemm_wg_ina_tokens / qgemm_wg_fold_tokens; 0: by T)
 };
 struct QGemmEntry {
     void (*launch)(const QGemmArgs&, cudaStream_t) = nullptr;  // nullptr: no exact-f16 GEMM
