@@ -78,7 +78,7 @@ void register_serve(CLI::App& app) {
     auto& s = a->server;
     cmd->add_option("--host", s.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
     cmd->add_option("--port", s.port, "TCP port (0: any free one)")->capture_default_str()->check(CLI::Range(0, 65535));
-    cmd->add_option("--slots", s.slots, "conversations kept cached at once (each a KV cache of --ctx tokens)")
+    cmd->add_option("--slots", s.slots, "requests served at once, their steps batched (each slot keeps a conversation cached in a KV cache of --ctx tokens)")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
     cmd->add_option("--alias", s.model_id, "the model's name in the API (default: the file name)");

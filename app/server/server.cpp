@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <span>
@@ -41,20 +42,23 @@ struct Server::Impl {
     httplib::Server http;
     int n_ctx = 0;
 
-    // One generation at a time: the backend evaluates one forward at a time.
-    std::mutex compute;
+    // Each request holds a slot while it generates; requests on different slots run at once,
+    // their one-token steps batched into shared passes by the library (its engine serializes
+    // the backend), and a request waits while every slot is taken.
     struct Slot {
         std::unique_ptr<Session> session;
         std::unique_ptr<Session> drafter;  // with a draft model: its cache follows the slot's
         std::unique_ptr<diskformer::BlockDrafter> block;  // with a DFlash drafter
         uint64_t used = 0;  // when it last served (a counter), for least-recently-used choice
+        bool busy = false;
     };
     std::vector<Slot> slots;
     uint64_t uses = 0;
+    std::mutex slots_mu;  // slots' busy / used, `aborts`, `stopping`
+    std::condition_variable slot_freed;
 
-    // The abort flag of the generation in progress, for stop().
-    std::mutex active_mu;
-    std::atomic<bool>* active = nullptr;
+    // The abort flags of the generations in progress, for stop().
+    std::vector<std::atomic<bool>*> aborts;
     std::atomic<bool> stopping{false};
     std::atomic<uint64_t> requests{0};
     // Completion requests by outcome, for /health (monitoring, and the tests).
@@ -89,20 +93,28 @@ struct Server::Impl {
         routes();
     }
 
+    int slots_busy() {
+        std::lock_guard l(slots_mu);
+        return static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.busy; }));
+    }
+
     void log(const std::string& line) const {
         if (opt.log) std::fprintf(stderr, "%s\n", line.c_str());
     }
 
-    // The slot whose cache gives most of the prompt, if that is at least half of it (a returning
-    // conversation); otherwise the least recently used one (an empty one first), so that a new
-    // conversation that merely shares a prefix does not take another's cache. Under `compute`.
+    // Of the free slots, the one whose cache gives most of the prompt, if that is at least half
+    // of it (a returning conversation); otherwise the least recently used one (an empty one
+    // first), so that a new conversation that merely shares a prefix does not take another's
+    // cache. Under slots_mu, with a slot free.
     Slot& pick(std::span<const int32_t> prompt) {
-        Slot* best = &slots[0];
+        Slot* best = nullptr;
         size_t best_n = 0;
         for (auto& s : slots)
-            if (const size_t n = static_cast<size_t>(s.session->reusable(prompt)); n > best_n) best = &s, best_n = n;
+            if (!s.busy)
+                if (const size_t n = static_cast<size_t>(s.session->reusable(prompt)); !best || n > best_n) best = &s, best_n = n;
         if (2 * best_n < prompt.size())
-            best = &*std::min_element(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.used < b.used; });
+            for (auto& s : slots)
+                if (!s.busy && s.used < best->used) best = &s;
         best->used = ++uses;
         return *best;
     }
@@ -127,32 +139,44 @@ struct Server::Impl {
         return ids;
     }
 
-    // Runs one request on a slot, holding the model. `abort` ends it early (a client gone, stop()).
+    // Runs one request on a free slot (waiting for one). `abort` ends it early (a client gone, stop()).
     GenerateResult generate(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
                             const diskformer::StreamCallback& on_piece) {
-        std::lock_guard lock(compute);
+        Slot* slot = nullptr;
         {
-            std::lock_guard a(active_mu);
-            if (stopping) abort = true;
-            active = &abort;
-        }
-        struct Clear {
-            Impl* s;
-            ~Clear() {
-                std::lock_guard a(s->active_mu);
-                s->active = nullptr;
+            std::unique_lock l(slots_mu);
+            slot_freed.wait(l, [&] { return stopping || std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return !s.busy; }); });
+            if (stopping) {  // ends like a generation aborted at once
+                GenerateResult g;
+                g.stop = diskformer::StopReason::aborted;
+                return g;
             }
-        } clear{this};
-        Slot& slot = pick(prompt);
+            slot = &pick(prompt);
+            slot->busy = true;
+            aborts.push_back(&abort);
+        }
+        struct Release {
+            Impl* s;
+            Slot* slot;
+            std::atomic<bool>* abort;
+            ~Release() {
+                {
+                    std::lock_guard l(s->slots_mu);
+                    slot->busy = false;
+                    s->aborts.erase(std::find(s->aborts.begin(), s->aborts.end(), abort));
+                }
+                s->slot_freed.notify_all();
+            }
+        } release{this, slot, &abort};
         diskformer::GenerateOptions o = r.gen;
         o.abort = &abort;
-        o.drafter = slot.drafter.get();
-        o.block_drafter = slot.block.get();
+        o.drafter = slot->drafter.get();
+        o.block_drafter = slot->block.get();
         try {
-            return diskformer::generate(*slot.session, prompt, o, on_piece);
+            return diskformer::generate(*slot->session, prompt, o, on_piece);
         } catch (...) {
-            slot.session->reset();  // whatever failed mid-pass, the next request starts clean
-            if (slot.drafter) slot.drafter->reset();
+            slot->session->reset();  // whatever failed mid-pass, the next request starts clean
+            if (slot->drafter) slot->drafter->reset();
             throw;
         }
     }
@@ -306,6 +330,10 @@ struct Server::Impl {
 
     void routes() {
         http.set_payload_max_length(kMaxBody);
+        // A worker per slot (a request waiting for one holds a worker) and a few for /health,
+        // /v1/models and requests refused early.
+        const size_t workers = slots.size() + 4;
+        http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
         // Browsers (a local web UI) may call the API from another origin.
         http.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
             res.set_header("Access-Control-Allow-Origin", "*");
@@ -363,10 +391,13 @@ struct Server::Impl {
                                                         {"weight_bytes", info.weight_bytes}}}}})}});
         });
         http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+            const auto batch = model->batch_stats();
             send_json(res, 200,
                       {{"status", "ok"},
                        {"model", opt.model_id},
                        {"slots", opt.slots},
+                       {"slots_busy", slots_busy()},
+                       {"batching", {{"passes", batch.passes}, {"batched_steps", batch.batched_steps}, {"lone_steps", batch.lone_steps}}},
                        {"requests", {{"served", served.load()},
                                      {"aborted", aborted.load()},
                                      {"rejected", rejected.load()},
@@ -396,10 +427,11 @@ int Server::n_ctx() const { return impl_->n_ctx; }
 void Server::stop() {
     auto& s = *impl_;
     {
-        std::lock_guard a(s.active_mu);
+        std::lock_guard l(s.slots_mu);
         s.stopping = true;
-        if (s.active) *s.active = true;
+        for (auto* a : s.aborts) *a = true;
     }
+    s.slot_freed.notify_all();
     s.http.stop();
 }
 

@@ -4,11 +4,13 @@
 //   POST /v1/completions        a raw prompt (control tokens parsed)
 //   GET  /v1/models, /health
 //
-// Requests run one at a time on the model (the backend evaluates one forward at a time) over a
-// few sessions ("slots"), each keeping its cache: a request goes to the slot whose cached tokens
-// give at least half of its prompt (else to the least recently used slot), so a conversation
-// that comes back evaluates only its new turn. A client that disconnects from a stream ends its generation; a failed request leaves
-// the server serving.
+// Requests run at once, one per session ("slot", each keeping its cache), up to --slots; more
+// wait for a slot. Their one-token steps are batched into shared passes by the library (each
+// weight read once for all of them; the answers stay those of one request alone). A request
+// goes to the free slot whose cached tokens give at least half of its prompt (else to the least
+// recently used free slot), so a conversation that comes back evaluates only its new turn. A
+// client that disconnects from a stream ends its generation; a failed request leaves the server
+// serving.
 #pragma once
 
 #include <memory>
@@ -22,7 +24,7 @@ namespace df::server {
 struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8080;                        // 0: any free port (bind() says which)
-    int slots = 1;                          // sessions kept, each with its own KV cache
+    int slots = 1;                          // requests served at once, each slot a session with its own KV cache
     std::string model_id;                   // the name /v1/models and answers give
     std::string api_key;                    // when set, /v1/* need "Authorization: Bearer <key>"
     diskformer::SessionOptions session;     // each slot's context, chunk and KV type

@@ -58,6 +58,18 @@ public:
     std::vector<int32_t> tokenize(std::string_view text, bool parse_special = false) const;
     std::string detokenize(std::span<const int32_t> ids) const;
 
+    // Sessions may be used from several threads at once (one thread per session): calls that
+    // touch the backend take turns, and one-token steps (Session::step) that come together from
+    // sessions of the same model run as one batched pass, up to 8 (continuous batching; each
+    // step's result is bit for bit that of a step alone). What happened so far on this model's
+    // backend (a draft model loaded beside it shares it):
+    struct BatchStats {
+        uint64_t passes = 0;         // passes that ran several steps
+        uint64_t batched_steps = 0;  // the steps they ran
+        uint64_t lone_steps = 0;     // steps that ran alone
+    };
+    BatchStats batch_stats() const;
+
     struct Impl;
     Impl& impl() const { return *impl_; }
     static std::shared_ptr<Model> make(std::unique_ptr<Impl> impl);  // internal (the loaders)
@@ -141,6 +153,7 @@ public:
     const Model& model() const;
 
     struct Impl;
+    Impl& impl() const { return *impl_; }  // internal (the runtime)
 
 private:
     friend class BlockDrafter;

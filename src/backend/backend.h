@@ -106,6 +106,10 @@ public:
     virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // backend to backend
     virtual void zero(void* dst, size_t bytes) = 0;
     virtual void synchronize() {}
+    // Makes the calling thread's later calls reach this backend's device (CUDA: its current
+    // device): a thread other than the one that made the backend may use it next (the server's
+    // workers take turns through the runtime's engine, which calls this for each).
+    virtual void bind_thread() {}
     // Memory that ops write like any other and the host reads in place once synchronize() has
     // returned: a small result (the argmax) comes back without a copy call. CUDA: mapped pinned
     // host memory; the CPU backend's memory is the host's anyway. Zero-filled; release() frees it.

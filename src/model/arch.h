@@ -35,7 +35,9 @@ struct ArchEntry {
     void (*visit)(const ModelConfig& c, Weights& w, const TensorVisitor& fn);
     // Fixes model quirks once at load (e.g. the tied LM head).
     void (*fixup)(const ModelConfig& c, Weights& w);
-    void (*forward)(const Model& m, State& st, const Step& s, Output out);
+    // Runs the lanes' tokens (rows 0 .. total of their T) through the network with scratch
+    // `st` (model.h: Lane); one lane over st itself is a lone forward.
+    void (*forward)(const Model& m, State& st, std::span<const Lane> lanes, Output out);
 };
 
 std::span<const ArchEntry> arch_registry();

@@ -77,6 +77,47 @@ void each_recurrent(const ModelConfig& c, const State& st, F&& f) {
 
 }  // namespace
 
+void Model::alloc_scratch(State& st, int chunk) const {
+    const ModelConfig& c = config_;
+    Backend& be = *backend_;
+    auto take = [&](size_t bytes) {
+        void* p = be.alloc(bytes, MemKind::scratch);
+        st.owned.push_back(p);
+        st.scratch_bytes += bytes;
+        return p;
+    };
+    const size_t T = chunk;
+    const size_t E = c.n_embd;
+    const size_t q_rows = static_cast<size_t>(c.attn_gated ? 2 : 1) * c.q_dim();
+    const size_t big = std::max({static_cast<size_t>(c.n_ff), q_rows, static_cast<size_t>(c.ssm_channels())});
+    const size_t big2 = std::max(static_cast<size_t>(c.n_ff), static_cast<size_t>(c.ssm_inner));
+    const size_t small = std::max(static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.ssm_v_heads));
+    const size_t attn = std::max(static_cast<size_t>(c.q_dim()), static_cast<size_t>(c.ssm_inner));
+    auto f32 = [&](size_t n) { return static_cast<float*>(take(sizeof(float) * n)); };
+    st.h = f32(T * E);
+    st.x = f32(T * E);
+    st.big = f32(T * big);
+    st.big2 = f32(T * big2);
+    st.small = f32(T * small);
+    st.small2 = f32(T * small);
+    st.attn = f32(T * attn);
+    st.logits = f32((st.all_logits ? T : std::min<size_t>(T, kVerifyRows)) * static_cast<size_t>(c.n_vocab));
+    st.tokens = static_cast<int32_t*>(take(sizeof(int32_t) * T));
+    st.pos = static_cast<int32_t*>(take(sizeof(int32_t) * T));
+    st.argmax = static_cast<int32_t*>(be.alloc_host_visible(sizeof(int32_t) * T, MemKind::scratch));
+    st.owned.push_back(st.argmax);
+    st.scratch_bytes += sizeof(int32_t) * T;
+}
+
+std::unique_ptr<State> Model::new_scratch(int rows) const {
+    if (rows < 1 || rows > kVerifyRows)
+        throw std::invalid_argument("new_scratch: " + std::to_string(rows) + " rows (1.." + std::to_string(kVerifyRows) + ")");
+    auto st = std::make_unique<State>();
+    st->chunk = rows;
+    alloc_scratch(*st, rows);
+    return st;
+}
+
 std::unique_ptr<State> Model::new_state(int ctx, int chunk, KvType kv_type, bool all_logits) const {
     const ModelConfig& c = config_;
     auto st = std::make_unique<State>();
@@ -106,27 +147,7 @@ std::unique_ptr<State> Model::new_state(int ctx, int chunk, KvType kv_type, bool
             st->v_cache[i] = take(bytes, MemKind::kv);
         }
     }
-    const size_t T = chunk;
-    const size_t E = c.n_embd;
-    const size_t q_rows = static_cast<size_t>(c.attn_gated ? 2 : 1) * c.q_dim();
-    const size_t big = std::max({static_cast<size_t>(c.n_ff), q_rows, static_cast<size_t>(c.ssm_channels())});
-    const size_t big2 = std::max(static_cast<size_t>(c.n_ff), static_cast<size_t>(c.ssm_inner));
-    const size_t small = std::max(static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.ssm_v_heads));
-    const size_t attn = std::max(static_cast<size_t>(c.q_dim()), static_cast<size_t>(c.ssm_inner));
-    auto f32 = [&](size_t n) { return static_cast<float*>(take(sizeof(float) * n, MemKind::scratch)); };
-    st->h = f32(T * E);
-    st->x = f32(T * E);
-    st->big = f32(T * big);
-    st->big2 = f32(T * big2);
-    st->small = f32(T * small);
-    st->small2 = f32(T * small);
-    st->attn = f32(T * attn);
-    st->logits = f32((all_logits ? T : std::min<size_t>(T, kVerifyRows)) * static_cast<size_t>(c.n_vocab));
-    st->tokens = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
-    st->pos = static_cast<int32_t*>(take(sizeof(int32_t) * T, MemKind::scratch));
-    st->argmax = static_cast<int32_t*>(be.alloc_host_visible(sizeof(int32_t) * T, MemKind::scratch));
-    st->owned.push_back(st->argmax);
-    st->scratch_bytes += sizeof(int32_t) * T;
+    alloc_scratch(*st, chunk);
     return st;
 }
 
@@ -181,7 +202,20 @@ void Model::load_recurrent(State& st, const void* src) const {
 void Model::forward(State& st, const Step& s, Output out) const {
     if (out == Output::all && !st.all_logits && s.T > kVerifyRows)
         throw std::invalid_argument("forward: logits of every row need all_logits past " + std::to_string(kVerifyRows) + " tokens");
-    find_arch(config_.arch)->forward(*this, st, s, out);
+    const Lane lone{&st, s, 0};
+    find_arch(config_.arch)->forward(*this, st, std::span(&lone, 1), out);
+}
+
+void Model::forward_lanes(State& scratch, std::span<const Lane> lanes) const {
+    int rows = 0;
+    for (const Lane& l : lanes) {
+        if (l.row0 != rows || l.s.T < 1 || l.st == &scratch || !l.st->tap_layers.empty())
+            throw std::invalid_argument("forward_lanes: lanes must be consecutive rows of other states, without taps");
+        rows += l.s.T;
+    }
+    if (lanes.empty() || rows > scratch.chunk || rows > kVerifyRows)
+        throw std::invalid_argument("forward_lanes: " + std::to_string(rows) + " rows for a scratch of " + std::to_string(scratch.chunk));
+    find_arch(config_.arch)->forward(*this, scratch, lanes, Output::last);
 }
 
 }  // namespace df::model

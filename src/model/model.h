@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,15 @@ struct State {
     size_t kv_bytes = 0, state_bytes = 0, scratch_bytes = 0;
 };
 
+// One sequence's share of a batched forward (Model::forward_lanes): its state (KV cache, recurrent
+// state, logits and argmax) and its tokens, rows [row0, row0 + s.T) of the pass, whose ids and
+// positions s.tokens / s.pos point to (inside the scratch state's buffers).
+struct Lane {
+    State* st = nullptr;
+    Step s;
+    int row0 = 0;
+};
+
 class Model {
 public:
     // Opens, validates and loads the file onto the backend; throws gguf::Error on a bad file.
@@ -74,6 +84,9 @@ public:
     size_t weight_bytes() const { return weight_bytes_; }
 
     std::unique_ptr<State> new_state(int ctx, int chunk, KvType kv_type, bool all_logits) const;
+    // Scratch for forward_lanes over up to `rows` tokens (at most kVerifyRows): no KV cache or
+    // recurrent state of its own.
+    std::unique_ptr<State> new_scratch(int rows) const;
     void free_state(State& st) const;
     void reset_state(State& st) const;  // zero the recurrent state (KV rows need no clearing)
     // From the next forward on, keeps the residual stream after each of `layers` (0-based; the
@@ -89,9 +102,17 @@ public:
 
     // Runs T = s.T tokens (tokens/pos already in st.tokens/st.pos) through the network.
     void forward(State& st, const Step& s, Output out) const;
+    // Runs several sequences' tokens as one pass (continuous batching): the token-wise ops
+    // (embedding, norms, projections, FFN, LM head) over all rows at once, the per-sequence ones
+    // (RoPE + KV store, attention, the GDN mixer) per lane on its own state, in the order a lone
+    // forward issues them. At most kVerifyRows rows in all, so each row gets the bits a one-token
+    // step of its sequence would (DESIGN.md, numerics). Each lane's last row's logits and argmax
+    // land in its state's logits / argmax row 0 (no ArgmaxFeed). Lanes without block-drafter taps.
+    void forward_lanes(State& scratch, std::span<const Lane> lanes) const;
 
 private:
     Model() = default;
+    void alloc_scratch(State& st, int chunk) const;  // activations, logits, tokens, pos, argmax
     std::unique_ptr<gguf::File> file_;
     std::shared_ptr<Backend> backend_;
     ModelConfig config_;

@@ -53,10 +53,14 @@ void fixup(const ModelConfig&, Weights& w) {
 
 const float* f(const Weight& w) { return static_cast<const float*>(w.data); }
 
-void attention_block(const Model& m, const LayerWeights& l, int il, State& st, const Step& s) {
+// Row r of a [T, width] scratch buffer.
+template <class P>
+P* row(P* base, int r, int64_t width) { return base + static_cast<int64_t>(r) * width; }
+
+void attention_block(const Model& m, const LayerWeights& l, int il, State& st, std::span<const Lane> lanes, int T) {
     const ModelConfig& c = m.config();
     Backend& be = m.backend();
-    const int T = s.T, D = c.head_dim, Hq = c.n_head, Hkv = c.n_head_kv;
+    const int D = c.head_dim, Hq = c.n_head, Hkv = c.n_head_kv;
     const int q_stride = c.attn_gated ? 2 * D : D;  // attn_q rows: [query | gate] per head
     const int q_row = Hq * q_stride;
     float* qg = st.big;
@@ -66,19 +70,24 @@ void attention_block(const Model& m, const LayerWeights& l, int il, State& st, c
     be.matmul(l.wk, st.x, T, k);
     be.matmul(l.wv, st.x, T, v);
     const RopeShape rope{c.n_rot, c.rope_base};
-    be.head_norm_rope(qg, Hq, D, q_stride, q_row, f(l.q_norm), c.eps, rope, s);
-    be.head_norm_rope(k, Hkv, D, D, Hkv * D, f(l.k_norm), c.eps, rope, s);
-    be.kv_store(k, v, st.k_cache[il], st.v_cache[il], st.kv_type, Hkv * D, s);
     const AttnShape a{Hq, Hkv, D, q_stride, q_row, 1.0f / std::sqrt(static_cast<float>(D))};
-    be.attention(qg, st.k_cache[il], st.v_cache[il], st.kv_type, a, s, st.attn);
+    const int kv_dim = Hkv * D;
+    for (const Lane& ln : lanes) {  // each sequence's positions, cache and context
+        State& own = *ln.st;
+        float* lq = row(qg, ln.row0, q_row);
+        float* lk = row(k, ln.row0, kv_dim);
+        be.head_norm_rope(lq, Hq, D, q_stride, q_row, f(l.q_norm), c.eps, rope, ln.s);
+        be.head_norm_rope(lk, Hkv, D, D, kv_dim, f(l.k_norm), c.eps, rope, ln.s);
+        be.kv_store(lk, row(v, ln.row0, kv_dim), own.k_cache[il], own.v_cache[il], own.kv_type, kv_dim, ln.s);
+        be.attention(lq, own.k_cache[il], own.v_cache[il], own.kv_type, a, ln.s, row(st.attn, ln.row0, Hq * D));
+    }
     if (c.attn_gated) be.sigmoid_mul(st.attn, Hq * D, qg + D, D, q_stride, q_row, T);
     be.matmul(l.wo, st.attn, T, st.h, /*accumulate=*/true);
 }
 
-void gdn_block(const Model& m, const LayerWeights& l, int il, State& st, const Step& s) {
+void gdn_block(const Model& m, const LayerWeights& l, int il, State& st, std::span<const Lane> lanes, int T) {
     const ModelConfig& c = m.config();
     Backend& be = m.backend();
-    const int T = s.T;
     const GdnShape g{c.ssm_k_heads, c.ssm_v_heads, c.ssm_state, c.ssm_conv};
     float* qkv = st.big;
     float* z = st.big2;
@@ -88,24 +97,34 @@ void gdn_block(const Model& m, const LayerWeights& l, int il, State& st, const S
     be.matmul(l.ssm_gate, st.x, T, z);
     be.matmul(l.ssm_alpha, st.x, T, alpha);
     be.matmul(l.ssm_beta, st.x, T, beta);
-    const GdnLayer gl{f(l.ssm_conv), f(l.ssm_dt_bias), f(l.ssm_a), f(l.ssm_norm), st.conv_state[il], st.ssm_state[il]};
-    be.gdn_mix(qkv, z, alpha, beta, gl, T, g, c.eps, st.attn);
+    const int64_t C = g.channels(), inner = static_cast<int64_t>(g.v_heads) * g.head_dim;
+    for (const Lane& ln : lanes) {  // each sequence's recurrent state
+        const GdnLayer gl{f(l.ssm_conv), f(l.ssm_dt_bias), f(l.ssm_a), f(l.ssm_norm), ln.st->conv_state[il], ln.st->ssm_state[il]};
+        be.gdn_mix(row(qkv, ln.row0, C), row(z, ln.row0, inner), row(alpha, ln.row0, g.v_heads), row(beta, ln.row0, g.v_heads),
+                   gl, ln.s.T, g, c.eps, row(st.attn, ln.row0, inner));
+    }
     be.matmul(l.ssm_out, st.attn, T, st.h, /*accumulate=*/true);
 }
 
-void forward(const Model& m, State& st, const Step& s, Output out) {
+// st: the scratch (activations, logits); one lane over st itself is a lone forward, whose
+// output `out` says which rows' logits (and an ArgmaxFeed) it leaves in st. Several lanes
+// leave each one's last row in its own state (Model::forward_lanes).
+void forward(const Model& m, State& st, std::span<const Lane> lanes, Output out) {
     const ModelConfig& c = m.config();
     const Weights& w = m.weights();
     Backend& be = m.backend();
-    const int T = s.T, E = c.n_embd;
-    be.embed(w.tok_embd, s, st.h);
+    const bool lone = lanes.size() == 1 && lanes[0].st == &st;
+    const int T = lanes.back().row0 + lanes.back().s.T, E = c.n_embd;
+    Step rows = lanes[0].s;  // token-wise ops: every row's id (and position) from lane 0's start
+    rows.T = T;
+    be.embed(w.tok_embd, rows, st.h);
     for (int il = 0; il < c.n_layer; ++il) {
         const LayerWeights& l = w.layers[il];
         be.rmsnorm(st.h, E, f(l.attn_norm), T, E, c.eps, st.x, E);
         if (c.recurrent[il])
-            gdn_block(m, l, il, st, s);
+            gdn_block(m, l, il, st, lanes, T);
         else
-            attention_block(m, l, il, st, s);
+            attention_block(m, l, il, st, lanes, T);
         be.rmsnorm(st.h, E, f(l.ffn_norm), T, E, c.eps, st.x, E);
         be.ffn_gate_up(l.ffn_gate, l.ffn_up, st.x, T, st.big, st.big2);
         be.matmul(l.ffn_down, st.big, T, st.h, /*accumulate=*/true);
@@ -114,10 +133,25 @@ void forward(const Model& m, State& st, const Step& s, Output out) {
                 be.copy(st.taps + static_cast<int64_t>(i) * st.chunk * E, st.h, sizeof(float) * static_cast<size_t>(T) * E);
     }
     if (out == Output::none) return;
+    const int64_t V = c.n_vocab;
+    if (!lone) {
+        // Each lane's last row through the final norm and the LM head together, then its logits
+        // and argmax into its own state.
+        const int n = static_cast<int>(lanes.size());
+        for (int i = 0; i < n; ++i)
+            be.rmsnorm(row(st.h, lanes[i].row0 + lanes[i].s.T - 1, E), E, f(w.output_norm), 1, E, c.eps, row(st.x, i, E), E);
+        be.matmul(w.output, st.x, n, st.logits);
+        for (int i = 0; i < n; ++i) {
+            State& own = *lanes[i].st;
+            be.copy(own.logits, row(st.logits, i, V), sizeof(float) * static_cast<size_t>(V));
+            be.argmax(own.logits, 1, c.n_vocab, own.argmax);
+        }
+        return;
+    }
     // Only the rows whose logits are wanted go through the final norm and the LM head.
     const int first = out == Output::last ? T - 1 : 0;
     const int n = T - first;
-    be.rmsnorm(st.h + static_cast<int64_t>(first) * E, E, f(w.output_norm), n, E, c.eps, st.x, E);
+    be.rmsnorm(row(st.h, first, E), E, f(w.output_norm), n, E, c.eps, st.x, E);
     be.matmul(w.output, st.x, n, st.logits);
     const ArgmaxFeed feed{st.tokens, st.pos, T};  // the next step's inputs, for a greedy caller
     be.argmax(st.logits, n, c.n_vocab, st.argmax, &feed);

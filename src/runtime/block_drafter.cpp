@@ -22,6 +22,7 @@ BlockDrafter::BlockDrafter(const std::string& dir, Session& target) : impl_(std:
     I.target = &target;
     if (T.on_taps) throw Error("this session already has a block drafter");
     try {
+        Engine::Lock hold(*T.engine);
         I.net = df::model::Dflash::load(dir, *T.m);
         I.state = I.net->new_state(target.n_ctx(), target.n_chunk());
         T.drop_graphs();  // the recorded steps do not keep the hidden states
@@ -42,15 +43,19 @@ BlockDrafter::BlockDrafter(const std::string& dir, Session& target) : impl_(std:
 
 BlockDrafter::~BlockDrafter() {
     auto& T = *impl_->target->impl_;
+    Engine::Lock hold(*T.engine);
     T.on_taps = nullptr;
     T.drop_graphs();
     T.m->enable_taps(*T.st, {});
+    impl_->state.reset();  // their backend buffers, with the backend held
+    impl_->net.reset();
 }
 
 std::vector<int32_t> BlockDrafter::draft(int32_t last, int max_tokens) {
     auto& I = *impl_;
     const int start = I.target->n_cached();
     if (max_tokens <= 0 || I.synced < start) return {};
+    Engine::Lock hold(*I.target->impl_->engine);
     std::vector<int32_t> guess = I.net->draft(*I.state, last, start);
     I.synced = std::min(I.synced, start);  // the block's own rows now sit after `start`
     if (guess.size() > static_cast<size_t>(max_tokens)) guess.resize(static_cast<size_t>(max_tokens));

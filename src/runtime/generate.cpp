@@ -11,6 +11,7 @@
 #include "runtime/draft_model.h"
 #include "runtime/json_tokens.h"
 #include "runtime/model_impl.h"
+#include "runtime/session_impl.h"
 #include "runtime/sampling.h"
 #include "runtime/text_stream.h"
 
@@ -146,6 +147,9 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         return r;
     }
 
+    // A loop of one-token steps: concurrent loops over the same model share passes (Engine).
+    std::optional<Engine::Decoding> decoding;
+    if (!speculate) decoding.emplace(*session.impl().engine, session.impl().step_group());
     TextStream text(tok, options.stop, TextStream::start_part(tok, prompt));
     // The penalty window: the last tokens of prompt + generation.
     const size_t window = static_cast<size_t>(options.penalty_window);

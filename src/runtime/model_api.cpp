@@ -28,9 +28,11 @@ Model::~Model() = default;
 namespace {
 
 std::shared_ptr<Model> load_on(const std::string& path, std::shared_ptr<df::Backend> backend,
-                               std::chrono::steady_clock::time_point t0) {
+                               std::shared_ptr<Engine> engine, std::chrono::steady_clock::time_point t0) {
     auto impl = std::make_unique<Model::Impl>();
+    impl->engine = std::move(engine);
     try {
+        Engine::Lock hold(*impl->engine);
         impl->backend = std::move(backend);
         impl->model = df::model::Model::load(path, impl->backend);
     } catch (const Error&) {
@@ -71,14 +73,20 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     } catch (const std::exception& e) {
         throw Error(e.what());
     }
-    return load_on(path, std::move(backend), t0);
+    auto engine = std::make_shared<Engine>(*backend);
+    return load_on(path, std::move(backend), std::move(engine), t0);
 }
 
 std::shared_ptr<Model> Model::load_beside(const std::string& path, const Model& beside) {
-    return load_on(path, beside.impl().backend, std::chrono::steady_clock::now());
+    return load_on(path, beside.impl().backend, beside.impl().engine, std::chrono::steady_clock::now());
 }
 
 const ModelInfo& Model::info() const { return impl_->info; }
+
+Model::BatchStats Model::batch_stats() const {
+    const Engine::Counts c = impl_->engine->counts();
+    return {c.batches, c.batched_steps, c.lone_steps};
+}
 
 std::vector<int32_t> Model::tokenize(std::string_view text, bool parse_special) const {
     if (!impl_->tokenizer) throw Error("this model has no usable tokenizer: " + impl_->tokenizer_error);

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "diskformer/diskformer.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "runtime/token_trie.h"
 #include "tokenizer/tokenizer.h"
 
@@ -14,10 +15,20 @@ namespace diskformer {
 
 struct Model::Impl {
     std::shared_ptr<df::Backend> backend;
+    std::shared_ptr<Engine> engine;  // the backend's: every use of it goes through the engine
     std::unique_ptr<df::model::Model> model;
+    // Scratch of the batched steps of this model's sessions (Engine), made on first use with
+    // the engine held.
+    std::unique_ptr<df::model::State> lanes;
     std::unique_ptr<df::tokenizer::Tokenizer> tokenizer;  // null when the file has none
     std::string tokenizer_error;                         // why, when null
     ModelInfo info;
+
+    ~Impl() {
+        if (!lanes) return;
+        Engine::Lock hold(*engine);
+        model->free_state(*lanes);
+    }
 
     // The tokenizer's texts as a trie, built on first use (JSON mode); thread-safe.
     const TokenTrie& token_trie() const {

@@ -30,19 +30,74 @@ Session::Impl::Resume Session::Impl::resume(std::span<const int32_t> prompt) con
     return r;
 }
 
-void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode, bool rows) {
+void Session::Impl::admit(std::span<const int32_t> ids) {
     const auto& c = m->config();
-    if (ids.empty()) return;
-    // These tokens overwrite the attention layers' KV rows from here on: checkpoints after this
-    // point no longer match the cache.
-    for (auto& cp : checkpoints)
-        if (cp.n > tokens.size()) cp.valid = false;
     if (tokens.size() + ids.size() > static_cast<size_t>(st->ctx))
         throw Error("context full: " + std::to_string(tokens.size()) + " cached + " + std::to_string(ids.size()) +
                     " new tokens exceed the context of " + std::to_string(st->ctx) + " tokens (raise --ctx)");
     for (int32_t id : ids)
         if (id < 0 || id >= c.n_vocab)
             throw Error("token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(c.n_vocab - 1) + ")");
+    for (auto& cp : checkpoints)
+        if (cp.n > tokens.size()) cp.valid = false;
+}
+
+void Session::Impl::run_steps(std::span<Engine::Step* const> batch) {
+    auto& first = *static_cast<Impl*>(batch[0]->session);
+    if (batch.size() == 1) {
+        first.eval(std::span<const int32_t>(&batch[0]->token, 1), nullptr, true);
+        return;
+    }
+    auto& mi = first.model->impl();
+    const df::model::Model& model = *first.m;
+    df::Backend& be = *first.be;
+    if (!mi.lanes) mi.lanes = model.new_scratch(df::model::kVerifyRows);
+    df::model::State& scratch = *mi.lanes;
+    const int n = static_cast<int>(batch.size());
+    std::vector<int32_t> host(2 * static_cast<size_t>(n));
+    std::vector<df::model::Lane> lanes(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+        auto& I = *static_cast<Impl*>(batch[i]->session);
+        host[i] = batch[i]->token;
+        host[n + i] = static_cast<int32_t>(I.tokens.size());
+        df::Step& s = lanes[i].s;
+        s.T = 1;
+        s.tokens = scratch.tokens + i;
+        s.pos = scratch.pos + i;
+        s.pos0_hint = host[n + i];
+        s.max_ctx = I.st->ctx;
+        lanes[i].st = I.st.get();
+        lanes[i].row0 = i;
+        I.logits_valid = false;
+        I.fed_pos = -1;  // the pass feeds no step buffers
+    }
+    const auto t0 = Clock::now();
+    be.upload(scratch.tokens, host.data(), sizeof(int32_t) * n);
+    be.upload(scratch.pos, host.data() + n, sizeof(int32_t) * n);
+    model.forward_lanes(scratch, lanes);
+    be.synchronize();
+    const double ms = ms_since(t0);
+    for (int i = 0; i < n; ++i) {
+        auto& I = *static_cast<Impl*>(batch[i]->session);
+        I.tokens.push_back(batch[i]->token);
+        I.last_row = 0;  // forward_lanes left its logits and argmax in row 0
+        I.logits_valid = true;
+        I.stats.decode_tokens += 1;
+        I.stats.decode_ms += ms;
+    }
+}
+
+void Session::Impl::clear() {
+    tokens.clear();
+    logits_valid = false;
+    fed_pos = -1;
+    m->reset_state(*st);
+}
+
+void Session::Impl::eval(std::span<const int32_t> ids, float* all, bool decode, bool rows) {
+    const auto& c = m->config();
+    if (ids.empty()) return;
+    admit(ids);
     // Logits for every position need a [rows, vocab] buffer (grown once on first use): such calls
     // run in steps of at most kAllLogitsRows tokens whatever the chunk, so that buffer stays
     // bounded (1024 x 248,320 floats is already 1 GB).
@@ -132,6 +187,7 @@ Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
     I.model = std::move(model);
     I.m = I.model->impl().model.get();
     I.be = I.model->impl().backend.get();
+    I.engine = I.model->impl().engine.get();
     I.opt = options;
     const auto& c = I.m->config();
     if (options.ctx <= 0) throw Error("context size must be positive, got " + std::to_string(options.ctx));
@@ -146,6 +202,7 @@ Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
     const int want = options.chunk > 0 ? options.chunk : I.be->name() == "cpu" ? 256 : gpu_chunk;
     const int chunk = std::min(want, ctx);
     try {
+        Engine::Lock hold(*I.engine);
         I.st = I.m->new_state(ctx, chunk, options.kv_type == KvType::f32 ? df::KvType::f32 : df::KvType::f16, false);
     } catch (const std::exception& e) {
         throw Error(std::string("cannot allocate the session: ") + e.what());
@@ -154,6 +211,7 @@ Session::Session(std::shared_ptr<Model> model, const SessionOptions& options)
 
 Session::~Session() {
     if (impl_ && impl_->st) {
+        Engine::Lock hold(*impl_->engine);
         for (auto& cp : impl_->checkpoints) impl_->be->release(cp.buf);
         if (impl_->spec_state) impl_->be->release(impl_->spec_state);
         impl_->drop_graphs();
@@ -162,6 +220,7 @@ Session::~Session() {
 }
 
 void Session::append(std::span<const int32_t> tokens, float* all_logits) {
+    Engine::Lock hold(*impl_->engine);
     impl_->eval(tokens, all_logits, false);
 }
 
@@ -173,6 +232,7 @@ int Session::set_prompt(std::span<const int32_t> prompt) {
         return static_cast<int>(prompt.size());  // nothing new: the logits are already those of this prompt
     }
     const Impl::Resume r = I.resume(prompt);
+    Engine::Lock hold(*I.engine);
     if (r.cp >= 0) {
         auto& cp = I.checkpoints[static_cast<size_t>(r.cp)];
         I.m->load_recurrent(*I.st, cp.buf);
@@ -182,7 +242,7 @@ int Session::set_prompt(std::span<const int32_t> prompt) {
         I.fed_pos = -1;
     } else if (r.n < I.tokens.size()) {
         if (r.n == 0) {
-            reset();  // a recurrent state cannot be rewound: restart from token 0
+            I.clear();  // a recurrent state cannot be rewound: restart from token 0
         } else {
             I.tokens.resize(r.n);  // attention-only: KV rows past r.n are overwritten later
             I.logits_valid = false;
@@ -202,6 +262,7 @@ int Session::reusable(std::span<const int32_t> prompt) const {
 bool Session::checkpoint() {
     auto& I = *impl_;
     if (I.m->config().n_recurrent() == 0 || I.opt.checkpoints <= 0) return false;
+    Engine::Lock hold(*I.engine);
     for (auto& cp : I.checkpoints)
         if (cp.valid && cp.n == I.tokens.size()) {  // the same point (a valid checkpoint matches the cache)
             cp.used = ++I.checkpoint_uses;
@@ -227,7 +288,13 @@ bool Session::checkpoint() {
 }
 
 int32_t Session::step(int32_t token) {
-    impl_->eval(std::span<const int32_t>(&token, 1), nullptr, true);
+    auto& I = *impl_;
+    I.admit(std::span<const int32_t>(&token, 1));  // errors on this thread, before the queue
+    Engine::Step s;
+    s.group = I.step_group();
+    s.session = &I;
+    s.token = token;
+    I.engine->step(s, &Impl::run_steps);
     return argmax();
 }
 
@@ -240,6 +307,7 @@ int Session::verify(int32_t token, std::span<const int32_t> draft) {
         step(token);
         return 0;
     }
+    Engine::Lock hold(*I.engine);
     std::vector<int32_t> ids(1, token);
     ids.insert(ids.end(), draft.begin(), draft.end());
     const bool recurrent = I.m->config().n_recurrent() > 0;
@@ -281,16 +349,14 @@ std::vector<float> Session::logits() const {
     if (!I.logits_valid) throw Error("no logits: evaluate a token first");
     const size_t V = I.m->config().n_vocab;
     std::vector<float> out(V);
+    Engine::Lock hold(*I.engine);
     I.be->download(out.data(), I.st->logits + I.last_row * V, sizeof(float) * V);
     return out;
 }
 
 void Session::reset() {
-    auto& I = *impl_;
-    I.tokens.clear();
-    I.logits_valid = false;
-    I.fed_pos = -1;
-    I.m->reset_state(*I.st);
+    Engine::Lock hold(*impl_->engine);
+    impl_->clear();
 }
 
 int Session::n_ctx() const { return impl_->st->ctx; }

@@ -19,6 +19,7 @@ struct Session::Impl {
     std::shared_ptr<Model> model;
     const df::model::Model* m = nullptr;
     df::Backend* be = nullptr;
+    Engine* engine = nullptr;  // the backend's; public calls that touch the backend hold it
     SessionOptions opt;
     std::unique_ptr<df::model::State> st;
     std::vector<int32_t> tokens;   // what the cache holds, in order
@@ -75,6 +76,9 @@ struct Session::Impl {
         for (int T = 1; T <= df::model::kVerifyRows; ++T)
             for (int v = 0; v < df::Backend::kGraphVariants; ++v) be->drop_capture(graph_key(v, T));
     }
+    // Throws unless `ids` fit the context and the vocabulary; drops the checkpoints past the cache
+    // (these tokens overwrite the attention layers' KV rows from there on). Host only.
+    void admit(std::span<const int32_t> ids);
     // Evaluates `ids` after the cache; `all` receives every position's logits when given. rows:
     // one verify pass (ids.size() <= kVerifyRows), the logits and argmax of every row kept.
     void eval(std::span<const int32_t> ids, float* all, bool decode, bool rows = false);
@@ -82,6 +86,14 @@ struct Session::Impl {
     // With a block drafter attached: called after each forward with the hidden states it kept
     // (Model::enable_taps: [taps][st->chunk][n_embd] on the backend) for its T tokens at pos0..
     std::function<void(const float* taps, int T, int pos0)> on_taps;
+
+    // Runs one-token steps of sessions over one model (Engine::RunSteps): one alone as eval()
+    // does (graph replay), several in one batched pass (model::Model::forward_lanes).
+    static void run_steps(std::span<Engine::Step* const> batch);
+    // Which steps may share a pass (Engine::Step::group): a session whose forward keeps hidden
+    // states for a block drafter runs its own.
+    const void* step_group() const { return on_taps ? static_cast<const void*>(this) : static_cast<const void*>(m); }
+    void clear();  // forgets the cache (Session::reset, the backend held)
 };
 
 

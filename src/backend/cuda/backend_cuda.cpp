@@ -233,6 +233,13 @@ void CudaBackend::zero(void* dst, size_t bytes) {
     DF_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
+void CudaBackend::bind_thread() {
+    thread_local int bound = -1;  // this thread's current device, as far as this code set it
+    if (bound == device_) return;
+    DF_CUDA_CHECK(cudaSetDevice(device_));
+    bound = device_;
+}
+
 void CudaBackend::synchronize() {
     flush();
     DF_CUDA_REQUIRE(!capturing_, "synchronize while a graph is being recorded");

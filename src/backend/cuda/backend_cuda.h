@@ -35,6 +35,7 @@ public:
     void download(void* dst, const void* src, size_t bytes) override;
     void copy(void* dst, const void* src, size_t bytes) override;
     void zero(void* dst, size_t bytes) override;
+    void bind_thread() override;
     void synchronize() override;
     Weight load_weight(quant::Type type, int64_t cols, int64_t rows, const void* host, size_t bytes) override;
     size_t bytes_in_use(MemKind kind) const override;

@@ -1,0 +1,93 @@
+// One backend's executor, shared by every model and session on it (a drafter beside its target
+// included). A backend runs one thing at a time, so sessions used from several threads (the
+// server's slots) take turns through the engine; and their one-token steps that come together
+// run as one batched pass (continuous batching): each sequence's token is one row of the pass's
+// projections, whose weights are then read once for all of them, while its attention and
+// recurrent state stay its own (model::Model::forward_lanes). A pass of at most kVerifyRows rows
+// gives each row the bits of a lone step (DESIGN.md, numerics), so batching never changes an
+// answer.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace df {
+class Backend;
+}
+
+namespace diskformer {
+
+class Engine {
+public:
+    explicit Engine(df::Backend& backend) : backend_(backend) {}
+
+    // Exclusive use of the backend while alive; not reentrant (a thread holding one must not
+    // take another, nor step()).
+    class Lock {
+    public:
+        explicit Lock(Engine& e);
+        ~Lock();
+        Lock(const Lock&) = delete;
+        Lock& operator=(const Lock&) = delete;
+
+    private:
+        Engine& e_;
+    };
+
+    // One token for one session; `group` names the model whose steps may share a pass.
+    struct Step {
+        const void* group = nullptr;
+        void* session = nullptr;  // Session::Impl
+        int32_t token = 0;
+        bool done = false;
+        std::exception_ptr error;
+    };
+    // Runs a batch of steps of one group, the backend held (session.cpp).
+    using RunSteps = void (*)(std::span<Step* const> batch);
+
+    // Runs `s` (up to kMaxLanes steps of its group in one pass); rethrows what the pass threw.
+    void step(Step& s, RunSteps run);
+
+    // A generation loop of `group` that steps one token at a time: while it runs, a batch of
+    // that group waits (briefly: a fraction of a pass) for each such loop's next step before
+    // it starts, since a loop between steps is only sampling and streaming its last token.
+    class Decoding {
+    public:
+        Decoding(Engine& e, const void* group);
+        ~Decoding();
+        Decoding(const Decoding&) = delete;
+        Decoding& operator=(const Decoding&) = delete;
+
+    private:
+        Engine& e_;
+        const void* group_;
+    };
+
+    static constexpr int kMaxLanes = 8;  // model::kVerifyRows
+
+    // Passes run with more than one step, and the steps they held (bench, tests).
+    struct Counts {
+        uint64_t batches = 0, batched_steps = 0, lone_steps = 0;
+    };
+    Counts counts() const;
+
+private:
+    using Clock = std::chrono::steady_clock;
+    df::Backend& backend_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    bool busy_ = false;    // the backend is in use (a Lock, or a batch running)
+    bool leader_ = false;  // a thread is gathering or running a batch
+    std::vector<Step*> pending_;
+    std::map<const void*, int> decoding_;  // per group: generation loops in progress
+    double pass_ms_ = 0;                   // moving average of a batched pass
+    Counts counts_;
+};
+
+}  // namespace diskformer
