@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "diskformer/generate.h"
 #include "commands.h"
 #include "runtime/bench.h"
 
@@ -28,6 +29,7 @@ struct BenchArgs {
     bool ctx_given = false;
     std::vector<int> verify;  // verify pass lengths to time (speculative decoding's cost)
     std::string dflash;       // a DFlash drafter to time (a draft + a verify pass of 8)
+    std::vector<int> parallel;  // concurrent generations to time (continuous batching)
 };
 
 struct Spread {
@@ -178,6 +180,57 @@ void run(const BenchArgs& a) {
                       dm, rm, steps, std::max(0.0, steps - 1), 8e3 / rm);
         dflash_line = line;
     }
+    // Continuous batching: n greedy generations of -n tokens at once, one thread each, on
+    // sessions holding prompts of the decode run's length; their steps share passes.
+    nlohmann::json parallel = nlohmann::json::array();
+    std::vector<std::string> parallel_lines;
+    for (int n : a.parallel) {
+        if (n < 2 || n > 64) throw diskformer::Error("bench: --parallel counts must be 2..64, got " + std::to_string(n));
+        if (a.n_gen < 2) throw diskformer::Error("bench: --parallel needs -n of at least 2");
+        auto po = so;
+        po.chunk = std::min(so.chunk > 0 ? so.chunk : 512, 512);  // prefill speed is not timed here: small scratch
+        std::vector<std::unique_ptr<diskformer::Session>> ss;
+        std::vector<std::vector<int32_t>> prompts;
+        for (int i = 0; i < n; ++i) {
+            ss.push_back(std::make_unique<diskformer::Session>(model, po));
+            prompts.push_back(random_ids(decode_prompt, info.n_vocab, 5000u + static_cast<uint32_t>(i)));
+        }
+        diskformer::GenerateOptions go;
+        go.max_tokens = a.n_gen + 1;  // the first token comes from the prompt's logits: n_gen passes
+        std::vector<double> totals, per_stream;
+        double share = 0;
+        for (int r = -1; r < a.reps; ++r) {  // r = -1: a warm-up
+            for (int i = 0; i < n; ++i) ss[i]->set_prompt(prompts[i]);  // generate() then evaluates none of it
+            const auto before = model->batch_stats();
+            std::vector<diskformer::GenerateResult> res(static_cast<size_t>(n));
+            const auto t0 = std::chrono::steady_clock::now();
+            std::vector<std::thread> threads;
+            for (int i = 0; i < n; ++i)
+                threads.emplace_back([&, i] { res[i] = diskformer::generate(*ss[i], prompts[i], go); });
+            for (auto& t : threads) t.join();
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (r < 0) continue;
+            const auto after = model->batch_stats();
+            int64_t tokens = 0;
+            std::vector<double> rates;
+            for (const auto& g : res) {
+                tokens += std::max<int64_t>(0, static_cast<int64_t>(g.tokens.size()) - 1);
+                rates.push_back(g.stats.decode_tok_s());
+            }
+            totals.push_back(sec > 0 ? tokens / sec : 0);
+            per_stream.push_back(spread(rates).median);
+            const double steps = static_cast<double>(after.batched_steps - before.batched_steps + after.lone_steps - before.lone_steps);
+            share = steps > 0 ? (after.batched_steps - before.batched_steps) / steps : 0;
+        }
+        const Spread tot = spread(totals), per = spread(per_stream);
+        parallel.push_back({{"streams", n}, {"tok_s_total", tot.median}, {"min", tot.min}, {"max", tot.max},
+                            {"tok_s_per_stream", per.median}, {"batched_share", share}});
+        char line[200];
+        std::snprintf(line, sizeof line,
+                      "parallel %5d streams %9.2f tok/s in all  [%.2f, %.2f]  %.2f tok/s each, %.0f %% of steps in shared passes",
+                      n, tot.median, tot.min, tot.max, per.median, 100 * share);
+        parallel_lines.push_back(line);
+    }
     const diskformer::Stats last = s.stats();  // memory by kind (the session's peak: it never shrinks)
     const Spread dec = decode_rates.empty() ? Spread{} : spread(decode_rates);
     const Spread wall = wall_rates.empty() ? Spread{} : spread(wall_rates);
@@ -222,6 +275,7 @@ void run(const BenchArgs& a) {
               {"wall_tok_s", wall.median}}},
             {"verify", verify},
             {"dflash", dflash},
+            {"parallel", parallel},
             {"bytes_per_token", traffic.total()},
             {"bytes_per_token_detail", {{"weights", traffic.weights}, {"state", traffic.state}, {"kv", traffic.kv}}},
             {"gb_s", gb_s},
@@ -256,6 +310,7 @@ void run(const BenchArgs& a) {
     }
     for (const auto& l : verify_lines) std::printf("%s\n", l.c_str());
     if (!dflash_line.empty()) std::printf("%s\n", dflash_line.c_str());
+    for (const auto& l : parallel_lines) std::printf("%s\n", l.c_str());
     std::printf("memory   weights %.1f MiB, kv %.1f MiB, state %.1f MiB, scratch %.1f MiB\n", mib(last.weight_bytes),
                 mib(last.kv_bytes), mib(last.state_bytes), mib(last.scratch_bytes));
 }
@@ -278,6 +333,9 @@ void register_bench(CLI::App& app) {
         ->delimiter(',');
     cmd->add_option("--dflash", a->dflash, "also time a DFlash block drafter's rounds (synth --dflash-for makes one)")
         ->check(CLI::ExistingDirectory);
+    cmd->add_option("--parallel", a->parallel,
+                    "also time this many greedy generations of -n tokens at once (comma separated, 2..64): continuous batching")
+        ->delimiter(',');
     cmd->callback([a, cmd] {
         a->ctx_given = cmd->count("--ctx") > 0;
         run(*a);

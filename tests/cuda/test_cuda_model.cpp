@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 #include <regex>
+#include <thread>
 #include <span>
 
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "model/dflash.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
+#include "runtime/session_impl.h"
 
 namespace df::test {
 namespace {
@@ -449,6 +451,73 @@ TEST(CudaModel, ArgmaxFeedsTheNextDecodeStep) {
         }
         std::printf("[cuda golden] %-18s decode: %d steps fed by the argmax equal uploaded ones (graph, eager)\n",
                     name.c_str(), G);
+    }
+}
+
+// Continuous batching on the GPU: sessions at different positions stepping together in passes
+// of 2 .. 8 lanes (Model::forward_lanes, not recorded as graphs) get the bits of lone steps
+// (graph replays), and generations from several threads at once keep each one's answer.
+TEST(CudaModel, BatchedStepsEqualLoneSteps) {
+    DF_REQUIRE_CUDA();
+    const char* const texts[] = {"The quick brown fox jumps over", "Once upon a time, in a land far away, there lived a",
+                                 "1, 2, 3, 4,", "def main():\n    print(", "x", "Q: What is the capital of France?\nA:",
+                                 "In 1905 Einstein published four papers that", "Le soleil se leve a l'est et"};
+    const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    for (const fs::path& path : golden_models()) {
+        SCOPED_TRACE(path.stem().string());
+        diskformer::ModelOptions mo;
+        mo.backend = diskformer::BackendKind::cuda;
+        auto model = diskformer::Model::load(path.string(), mo);
+        constexpr int kN = 8;
+        std::vector<std::unique_ptr<diskformer::Session>> batched, alone;
+        std::vector<int32_t> next(kN);
+        for (int i = 0; i < kN; ++i) {
+            const auto prompt = model->tokenize(texts[i]);
+            for (auto* v : {&batched, &alone}) {
+                v->push_back(std::make_unique<diskformer::Session>(model, diskformer::SessionOptions{.ctx = 256}));
+                v->back()->append(prompt);
+            }
+            next[i] = alone.back()->argmax();
+        }
+        for (int step = 0; step < 12; ++step) {
+            const int n = 2 + step % (kN - 1), first = step % kN;
+            std::vector<diskformer::Engine::Step> steps(n);
+            std::vector<diskformer::Engine::Step*> batch;
+            for (int k = 0; k < n; ++k) {
+                steps[k].session = &batched[(first + k) % kN]->impl();
+                steps[k].token = next[(first + k) % kN];
+                batch.push_back(&steps[k]);
+            }
+            diskformer::Session::Impl::run_steps(batch);
+            for (int k = 0; k < n; ++k) {
+                const int i = (first + k) % kN;
+                const int32_t want = alone[i]->step(next[i]);
+                ASSERT_EQ(batched[i]->argmax(), want) << "step " << step << " session " << i;
+                ASSERT_TRUE(same(batched[i]->logits(), alone[i]->logits())) << "step " << step << " session " << i;
+                next[i] = want;
+            }
+        }
+        // Eight greedy generations from eight threads against the same requests one by one.
+        std::vector<std::vector<int32_t>> want(kN), got(kN);
+        diskformer::GenerateOptions o;
+        for (int i = 0; i < kN; ++i) {
+            o.max_tokens = 20 + 2 * i;
+            diskformer::Session s(model, {.ctx = 256});
+            want[i] = diskformer::generate(s, model->tokenize(texts[i]), o).tokens;
+        }
+        const auto before = model->batch_stats();
+        std::vector<std::thread> threads;
+        for (int i = 0; i < kN; ++i)
+            threads.emplace_back([&, i] {
+                diskformer::GenerateOptions oi;
+                oi.max_tokens = 20 + 2 * i;
+                got[i] = diskformer::generate(*batched[i], model->tokenize(texts[i]), oi).tokens;
+            });
+        for (auto& t : threads) t.join();
+        for (int i = 0; i < kN; ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+        EXPECT_GT(model->batch_stats().passes, before.passes);
     }
 }
 
