@@ -99,6 +99,8 @@ struct Stats {
     double ms_per_token() const { return decode_tokens ? decode_ms / decode_tokens : 0; }
 };
 
+// A session is used by one thread at a time; sessions of one model may be used from several
+// threads at once (Model::BatchStats says how their steps shared passes).
 class Session {
 public:
     explicit Session(std::shared_ptr<Model> model, const SessionOptions& options = {});
