@@ -15,7 +15,8 @@
 #                spec (speculative decoding by prompt lookup: same text, rate with drafts 0 / 3 / 7)
 #                dflash (a random 4B-shaped DFlash drafter: ms per draft and per round of 8)
 #                short-prefill (prompts of 12..100 tokens, the GEMM's narrow token tiles on and off)
-#                parallel (continuous batching: 2 / 4 / 8 generations at once, decode tok/s in all)
+#                parallel (continuous batching: 2 / 4 / 8 generations at once, decode tok/s in all,
+#                batched passes unrecorded and as graphs: DF_BATCH_GRAPHS=0 / 1)
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
 #                PREFILL_PROFILE="preset:tokens ..." overrides)
@@ -278,13 +279,15 @@ PY
         ;; esac
     case ",$phases," in *,parallel,*)
         # Continuous batching: N greedy generations at once after 512-token prompts, their steps
-        # in shared passes (not recorded as graphs), against one alone (graph replay).
+        # in shared passes, against one alone (graph replay).
         echo "== parallel generations (continuous batching)"
         for p in qwen3-4b-q8_0 saluki-27b-iq2mix; do
             [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 2
-            echo "-- $p"
-            $D bench -m "/tmp/$p.gguf" --backend cuda -p 512 -n 64 --reps 3 --parallel 2,4,8 2>&1 |
-                grep -E "^(decode|parallel)" | tee -a "$out/parallel.log"
+            for g in 0 1; do
+                echo "-- $p DF_BATCH_GRAPHS=$g"
+                DF_BATCH_GRAPHS=$g $D bench -m "/tmp/$p.gguf" --backend cuda -p 512 -n 64 --reps 3 --parallel 2,4,8 2>&1 |
+                    grep -E "^(decode|parallel)" | tee -a "$out/parallel.log"
+            done
         done
         ;; esac
 }

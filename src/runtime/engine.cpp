@@ -1,10 +1,17 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/backend.h"
 
 namespace diskformer {
+
+Engine::Engine(df::Backend& backend) : backend_(backend) {
+    const char* env = std::getenv("DF_BATCH_GRAPHS");
+    lane_graphs_ = env && std::strcmp(env, "1") == 0;
+}
 
 Engine::Lock::Lock(Engine& e) : e_(e) {
     std::unique_lock l(e.mu_);
@@ -98,6 +105,38 @@ void Engine::step(Step& s, RunSteps run) {
         cv_.notify_all();
     }
     if (s.error) std::rethrow_exception(s.error);
+}
+
+uint64_t Engine::lane_graph(const std::vector<LaneSig>& sig) {
+    if (!lane_graphs_) return 0;
+    const bool again = sig == last_sig_;
+    last_sig_ = sig;
+    auto it = graphs_.find(sig);
+    if (it == graphs_.end()) {
+        if (!again) return 0;
+        if (graphs_.size() >= kLaneGraphs) {
+            auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                        [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+            backend_.drop_capture(lru->second.key);
+            graphs_.erase(lru);
+        }
+        it = graphs_.emplace(sig, LaneGraph{(uint64_t{0xFE} << 56) | ++next_graph_, 0}).first;
+    }
+    it->second.used = ++graph_uses_;
+    return it->second.key;
+}
+
+void Engine::drop_lane_graphs(const void* state) {
+    for (auto it = graphs_.begin(); it != graphs_.end();) {
+        if (std::any_of(it->first.begin(), it->first.end(), [&](const LaneSig& l) { return l.state == state; })) {
+            backend_.drop_capture(it->second.key);
+            it = graphs_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    // A new state at the same address must not count as the same set coming together again.
+    if (std::any_of(last_sig_.begin(), last_sig_.end(), [&](const LaneSig& l) { return l.state == state; })) last_sig_.clear();
 }
 
 Engine::Counts Engine::counts() const {

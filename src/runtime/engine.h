@@ -25,7 +25,7 @@ namespace diskformer {
 
 class Engine {
 public:
-    explicit Engine(df::Backend& backend) : backend_(backend) {}
+    explicit Engine(df::Backend& backend);
 
     // Exclusive use of the backend while alive; not reentrant (a thread holding one must not
     // take another, nor step()).
@@ -71,6 +71,22 @@ public:
 
     static constexpr int kMaxLanes = 8;  // model::kVerifyRows
 
+    // Graphs of batched passes (CUDA): a pass is keyed by its lanes, each a state and its length
+    // band (Backend::graph_variant), in order. lane_graph says under which backend graph key the
+    // pass with this signature is recorded, or 0 when it should run unrecorded: the first time a
+    // set of lanes comes together (a set that changes every step would pay a recording per
+    // pass), and always unless DF_BATCH_GRAPHS=1 (default off until measured on a GPU). At most
+    // kLaneGraphs are kept (least recently used dropped). Both with the backend held.
+    struct LaneSig {
+        const void* state;
+        int variant;
+        bool operator<(const LaneSig& o) const { return state != o.state ? state < o.state : variant < o.variant; }
+        bool operator==(const LaneSig& o) const = default;
+    };
+    uint64_t lane_graph(const std::vector<LaneSig>& sig);
+    void drop_lane_graphs(const void* state);  // before the state's buffers change or go
+    static constexpr size_t kLaneGraphs = 64;
+
     // Passes run with more than one step, and the steps they held (bench, tests).
     struct Counts {
         uint64_t batches = 0, batched_steps = 0, lone_steps = 0;
@@ -88,6 +104,15 @@ private:
     std::map<const void*, int> decoding_;  // per group: generation loops in progress
     double pass_ms_ = 0;                   // moving average of a batched pass
     Counts counts_;
+    // Lane graphs (backend held): signature -> {key, last use}; keys 0xFE << 56 | n, above any
+    // session's graph keys (session_impl.h).
+    struct LaneGraph {
+        uint64_t key = 0, used = 0;
+    };
+    bool lane_graphs_ = false;
+    std::map<std::vector<LaneSig>, LaneGraph> graphs_;
+    std::vector<LaneSig> last_sig_;
+    uint64_t graph_uses_ = 0, next_graph_ = 0;
 };
 
 }  // namespace diskformer

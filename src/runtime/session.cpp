@@ -74,7 +74,19 @@ void Session::Impl::run_steps(std::span<Engine::Step* const> batch) {
     const auto t0 = Clock::now();
     be.upload(scratch.tokens, host.data(), sizeof(int32_t) * n);
     be.upload(scratch.pos, host.data() + n, sizeof(int32_t) * n);
-    model.forward_lanes(scratch, lanes);
+    // The same sessions stepping together again replay the pass recorded for them (CUDA graphs,
+    // when the engine keeps them): it reads its tokens and positions from the scratch above.
+    std::vector<Engine::LaneSig> sig(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) sig[i] = {lanes[i].st, be.graph_variant(lanes[i].s)};
+    const uint64_t key = first.engine->lane_graph(sig);
+    if (!key || !be.replay(key)) {
+        const bool recording = key && be.begin_capture(key);
+        model.forward_lanes(scratch, lanes);
+        if (recording) {
+            be.end_capture();
+            be.replay(key);
+        }
+    }
     be.synchronize();
     const double ms = ms_since(t0);
     for (int i = 0; i < n; ++i) {

@@ -72,9 +72,11 @@ struct Session::Impl {
     uint64_t graph_key(int variant = 0, int T = 1) const {
         return (reinterpret_cast<uintptr_t>(st.get()) + variant) ^ (T > 1 ? uint64_t(T) << 56 : 0);
     }
+    // Drops this session's graphs and the batched passes' graphs that hold its state (the backend held).
     void drop_graphs() {
         for (int T = 1; T <= df::model::kVerifyRows; ++T)
             for (int v = 0; v < df::Backend::kGraphVariants; ++v) be->drop_capture(graph_key(v, T));
+        engine->drop_lane_graphs(st.get());
     }
     // Throws unless `ids` fit the context and the vocabulary; drops the checkpoints past the cache
     // (these tokens overwrite the attention layers' KV rows from there on). Host only.

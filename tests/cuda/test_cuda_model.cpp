@@ -20,6 +20,7 @@
 #include "model/dflash.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
+#include "runtime/model_impl.h"
 #include "runtime/session_impl.h"
 
 namespace df::test {
@@ -455,8 +456,10 @@ TEST(CudaModel, ArgmaxFeedsTheNextDecodeStep) {
 }
 
 // Continuous batching on the GPU: sessions at different positions stepping together in passes
-// of 2 .. 8 lanes (Model::forward_lanes, not recorded as graphs) get the bits of lone steps
-// (graph replays), and generations from several threads at once keep each one's answer.
+// of 2 .. 8 lanes (Model::forward_lanes) get the bits of lone steps (graph replays), with the
+// batched passes unrecorded and recorded as graphs (DF_BATCH_GRAPHS=1: a set of lanes that steps
+// together again replays its pass); and generations from several threads at once keep each
+// one's answer.
 TEST(CudaModel, BatchedStepsEqualLoneSteps) {
     DF_REQUIRE_CUDA();
     const char* const texts[] = {"The quick brown fox jumps over", "Once upon a time, in a land far away, there lived a",
@@ -465,60 +468,73 @@ TEST(CudaModel, BatchedStepsEqualLoneSteps) {
     const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
         return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
     };
-    for (const fs::path& path : golden_models()) {
-        SCOPED_TRACE(path.stem().string());
-        diskformer::ModelOptions mo;
-        mo.backend = diskformer::BackendKind::cuda;
-        auto model = diskformer::Model::load(path.string(), mo);
-        constexpr int kN = 8;
-        std::vector<std::unique_ptr<diskformer::Session>> batched, alone;
-        std::vector<int32_t> next(kN);
-        for (int i = 0; i < kN; ++i) {
-            const auto prompt = model->tokenize(texts[i]);
-            for (auto* v : {&batched, &alone}) {
-                v->push_back(std::make_unique<diskformer::Session>(model, diskformer::SessionOptions{.ctx = 256}));
-                v->back()->append(prompt);
+    for (const bool graphs : {false, true}) {
+        if (graphs)
+            setenv("DF_BATCH_GRAPHS", "1", 1);
+        else
+            unsetenv("DF_BATCH_GRAPHS");
+        for (const fs::path& path : golden_models()) {
+            SCOPED_TRACE(path.stem().string() + (graphs ? " (batched passes as graphs)" : ""));
+            diskformer::ModelOptions mo;
+            mo.backend = diskformer::BackendKind::cuda;
+            auto model = diskformer::Model::load(path.string(), mo);  // the engine reads DF_BATCH_GRAPHS here
+            constexpr int kN = 8;
+            std::vector<std::unique_ptr<diskformer::Session>> batched, alone;
+            std::vector<int32_t> next(kN);
+            for (int i = 0; i < kN; ++i) {
+                const auto prompt = model->tokenize(texts[i]);
+                for (auto* v : {&batched, &alone}) {
+                    v->push_back(std::make_unique<diskformer::Session>(model, diskformer::SessionOptions{.ctx = 256}));
+                    v->back()->append(prompt);
+                }
+                next[i] = alone.back()->argmax();
             }
-            next[i] = alone.back()->argmax();
-        }
-        for (int step = 0; step < 12; ++step) {
-            const int n = 2 + step % (kN - 1), first = step % kN;
-            std::vector<diskformer::Engine::Step> steps(n);
-            std::vector<diskformer::Engine::Step*> batch;
-            for (int k = 0; k < n; ++k) {
-                steps[k].session = &batched[(first + k) % kN]->impl();
-                steps[k].token = next[(first + k) % kN];
-                batch.push_back(&steps[k]);
+            // Steps 0..11: a different set each pass; 12..19: lanes 0..3, then 20..27 all eight,
+            // the same set pass after pass (recorded on its second pass, replayed after).
+            for (int step = 0; step < 28; ++step) {
+                const int n = step < 12 ? 2 + step % (kN - 1) : step < 20 ? 4 : kN;
+                const int first = step < 12 ? step % kN : 0;
+                std::vector<diskformer::Engine::Step> steps(n);
+                std::vector<diskformer::Engine::Step*> batch;
+                for (int k = 0; k < n; ++k) {
+                    steps[k].session = &batched[(first + k) % kN]->impl();
+                    steps[k].token = next[(first + k) % kN];
+                    batch.push_back(&steps[k]);
+                }
+                {
+                    diskformer::Engine::Lock hold(*model->impl().engine);  // as Engine::step holds it
+                    diskformer::Session::Impl::run_steps(batch);
+                }
+                for (int k = 0; k < n; ++k) {
+                    const int i = (first + k) % kN;
+                    const int32_t want = alone[i]->step(next[i]);
+                    ASSERT_EQ(batched[i]->argmax(), want) << "step " << step << " session " << i;
+                    ASSERT_TRUE(same(batched[i]->logits(), alone[i]->logits())) << "step " << step << " session " << i;
+                    next[i] = want;
+                }
             }
-            diskformer::Session::Impl::run_steps(batch);
-            for (int k = 0; k < n; ++k) {
-                const int i = (first + k) % kN;
-                const int32_t want = alone[i]->step(next[i]);
-                ASSERT_EQ(batched[i]->argmax(), want) << "step " << step << " session " << i;
-                ASSERT_TRUE(same(batched[i]->logits(), alone[i]->logits())) << "step " << step << " session " << i;
-                next[i] = want;
+            // Eight greedy generations from eight threads against the same requests one by one.
+            std::vector<std::vector<int32_t>> want(kN), got(kN);
+            for (int i = 0; i < kN; ++i) {
+                diskformer::GenerateOptions o;
+                o.max_tokens = 20 + 2 * i;
+                diskformer::Session s(model, {.ctx = 256});
+                want[i] = diskformer::generate(s, model->tokenize(texts[i]), o).tokens;
             }
+            const auto before = model->batch_stats();
+            std::vector<std::thread> threads;
+            for (int i = 0; i < kN; ++i)
+                threads.emplace_back([&, i] {
+                    diskformer::GenerateOptions o;
+                    o.max_tokens = 20 + 2 * i;
+                    got[i] = diskformer::generate(*batched[i], model->tokenize(texts[i]), o).tokens;
+                });
+            for (auto& t : threads) t.join();
+            for (int i = 0; i < kN; ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+            EXPECT_GT(model->batch_stats().passes, before.passes);
         }
-        // Eight greedy generations from eight threads against the same requests one by one.
-        std::vector<std::vector<int32_t>> want(kN), got(kN);
-        diskformer::GenerateOptions o;
-        for (int i = 0; i < kN; ++i) {
-            o.max_tokens = 20 + 2 * i;
-            diskformer::Session s(model, {.ctx = 256});
-            want[i] = diskformer::generate(s, model->tokenize(texts[i]), o).tokens;
-        }
-        const auto before = model->batch_stats();
-        std::vector<std::thread> threads;
-        for (int i = 0; i < kN; ++i)
-            threads.emplace_back([&, i] {
-                diskformer::GenerateOptions oi;
-                oi.max_tokens = 20 + 2 * i;
-                got[i] = diskformer::generate(*batched[i], model->tokenize(texts[i]), oi).tokens;
-            });
-        for (auto& t : threads) t.join();
-        for (int i = 0; i < kN; ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
-        EXPECT_GT(model->batch_stats().passes, before.passes);
     }
+    unsetenv("DF_BATCH_GRAPHS");
 }
 
 }  // namespace

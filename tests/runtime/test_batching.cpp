@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -194,6 +195,49 @@ TEST(BatchingErrors, AFullSessionFailsAloneAndTheOthersGoOn) {
     EXPECT_NE(error.find("context full"), std::string::npos) << error;
     EXPECT_EQ(other.size(), 10u);
     EXPECT_EQ(full.n_cached(), 8);
+}
+
+TEST(BatchingGraphs, RecordedOnlyForASetThatComesTogetherAgainAndDroppedWithItsStates) {
+    // The engine's bookkeeping of batched passes' graphs (the CPU backend records none, so the
+    // passes themselves run unrecorded here; CudaModel.BatchedStepsEqualLoneSteps replays them).
+    auto be = df::make_cpu_backend(1);
+    int a = 0, b = 0, c = 0;  // stand-ins for three sessions' states
+    using Sig = std::vector<dfm::Engine::LaneSig>;
+    const Sig ab{{&a, 0}, {&b, 0}}, abc{{&a, 0}, {&b, 0}, {&c, 0}}, ab_long{{&a, 0}, {&b, 1}};
+    {
+        unsetenv("DF_BATCH_GRAPHS");
+        dfm::Engine off(*be);
+        EXPECT_EQ(off.lane_graph(ab), 0u);
+        EXPECT_EQ(off.lane_graph(ab), 0u) << "off by default";
+    }
+    setenv("DF_BATCH_GRAPHS", "1", 1);
+    dfm::Engine e(*be);
+    unsetenv("DF_BATCH_GRAPHS");
+    EXPECT_EQ(e.lane_graph(ab), 0u) << "first time together: not recorded";
+    const uint64_t k = e.lane_graph(ab);
+    EXPECT_EQ(k >> 56, 0xFEu) << "above every session's own keys";
+    EXPECT_EQ(e.lane_graph(ab), k);
+    EXPECT_EQ(e.lane_graph(abc), 0u);
+    EXPECT_EQ(e.lane_graph(ab), k) << "a kept graph is found again after another set";
+    EXPECT_EQ(e.lane_graph(ab_long), 0u) << "another length band is another graph";
+    const uint64_t k2 = e.lane_graph(ab_long);
+    EXPECT_NE(k2, 0u);
+    EXPECT_NE(k2, k);
+    e.drop_lane_graphs(&c);  // in no kept graph: nothing changes
+    EXPECT_EQ(e.lane_graph(ab), k);
+    e.drop_lane_graphs(&b);
+    EXPECT_EQ(e.lane_graph(ab), 0u) << "dropped with its state";
+    const uint64_t k3 = e.lane_graph(ab);
+    EXPECT_NE(k3, 0u);
+    EXPECT_NE(k3, k) << "a new key, never a dropped one";
+    // At most kLaneGraphs kept: the least recently used goes.
+    std::vector<int> states(2 * dfm::Engine::kLaneGraphs);
+    for (size_t i = 0; i < dfm::Engine::kLaneGraphs; ++i) {
+        const Sig s{{&states[2 * i], 0}, {&states[2 * i + 1], 0}};
+        e.lane_graph(s);
+        EXPECT_NE(e.lane_graph(s), 0u);
+    }
+    EXPECT_EQ(e.lane_graph(ab), 0u) << "evicted";
 }
 
 }  // namespace
