@@ -63,6 +63,9 @@ struct Server::Impl {
     std::atomic<uint64_t> requests{0};
     // Completion requests by outcome, for /health (monitoring, and the tests).
     std::atomic<uint64_t> served{0}, aborted{0}, rejected{0}, failed{0};
+    // What generation did, summed over every choice of every request (/metrics).
+    std::atomic<uint64_t> prompt_total{0}, cached_total{0}, generated_total{0}, prefill_us{0}, decode_us{0};
+    std::atomic<int> waiting{0};  // requests waiting for a free slot
 
     Impl(std::shared_ptr<diskformer::Model> m, ServerOptions o) : model(std::move(m)), opt(std::move(o)) {
         if (opt.slots < 1) throw Error("serve: --slots must be at least 1");
@@ -96,6 +99,38 @@ struct Server::Impl {
     int slots_busy() {
         std::lock_guard l(slots_mu);
         return static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.busy; }));
+    }
+
+    // Prometheus' text format: counters since the server started, gauges of now.
+    std::string metrics() {
+        std::string out;
+        auto metric = [&](const char* name, const char* type, const char* help, const std::vector<std::pair<std::string, double>>& values) {
+            out += std::string("# HELP diskformer_") + name + " " + help + "\n# TYPE diskformer_" + name + " " + type + "\n";
+            for (const auto& [labels, v] : values) {
+                char num[64];
+                std::snprintf(num, sizeof num, "%.17g", v);
+                out += std::string("diskformer_") + name + labels + " " + num + "\n";
+            }
+        };
+        const auto batch = model->batch_stats();
+        metric("requests_total", "counter", "Completion requests by outcome.",
+               {{"{outcome=\"served\"}", served.load()},
+                {"{outcome=\"aborted\"}", aborted.load()},
+                {"{outcome=\"rejected\"}", rejected.load()},
+                {"{outcome=\"failed\"}", failed.load()}});
+        metric("prompt_tokens_total", "counter", "Prompt tokens of generations (every choice).", {{"", prompt_total.load()}});
+        metric("prompt_tokens_cached_total", "counter", "Of those, tokens taken from a slot's cache.", {{"", cached_total.load()}});
+        metric("generated_tokens_total", "counter", "Tokens generated.", {{"", generated_total.load()}});
+        metric("prefill_seconds_total", "counter", "Time spent evaluating prompts.", {{"", prefill_us.load() * 1e-6}});
+        metric("decode_seconds_total", "counter", "Time from each generation's first token to its last.", {{"", decode_us.load() * 1e-6}});
+        metric("slots", "gauge", "Requests that can run at once.", {{"", static_cast<double>(slots.size())}});
+        metric("slots_busy", "gauge", "Slots running a request now.", {{"", static_cast<double>(slots_busy())}});
+        metric("requests_waiting", "gauge", "Requests waiting for a free slot.", {{"", static_cast<double>(waiting.load())}});
+        metric("batched_passes_total", "counter", "Forward passes that ran several requests' steps together.",
+               {{"", static_cast<double>(batch.passes)}});
+        metric("batched_steps_total", "counter", "Steps run in those passes.", {{"", static_cast<double>(batch.batched_steps)}});
+        metric("lone_steps_total", "counter", "Steps run alone.", {{"", static_cast<double>(batch.lone_steps)}});
+        return out;
     }
 
     void log(const std::string& line) const {
@@ -145,7 +180,9 @@ struct Server::Impl {
         Slot* slot = nullptr;
         {
             std::unique_lock l(slots_mu);
+            ++waiting;
             slot_freed.wait(l, [&] { return stopping || std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return !s.busy; }); });
+            --waiting;
             if (stopping) {  // ends like a generation aborted at once
                 GenerateResult g;
                 g.stop = diskformer::StopReason::aborted;
@@ -173,7 +210,14 @@ struct Server::Impl {
         o.drafter = slot->drafter.get();
         o.block_drafter = slot->block.get();
         try {
-            return diskformer::generate(*slot->session, prompt, o, on_piece);
+            GenerateResult g = diskformer::generate(*slot->session, prompt, o, on_piece);
+            const auto& st = g.stats;
+            prompt_total += static_cast<uint64_t>(st.prompt_tokens);
+            cached_total += static_cast<uint64_t>(st.reused_tokens);
+            generated_total += static_cast<uint64_t>(st.generated_tokens);
+            prefill_us += static_cast<uint64_t>(st.prefill_ms * 1e3);
+            decode_us += static_cast<uint64_t>(st.decode_ms * 1e3);
+            return g;
         } catch (...) {
             slot->session->reset();  // whatever failed mid-pass, the next request starts clean
             if (slot->drafter) slot->drafter->reset();
@@ -330,9 +374,10 @@ struct Server::Impl {
 
     void routes() {
         http.set_payload_max_length(kMaxBody);
-        // A worker per slot (a request waiting for one holds a worker) and a few for /health,
-        // /v1/models and requests refused early.
-        const size_t workers = slots.size() + 4;
+        // Workers for the slots, for as many requests again waiting for one (each holds a
+        // worker), and some for /health, /v1/models and requests refused early; idle ones cost
+        // nothing.
+        const size_t workers = std::max<size_t>(16, 2 * slots.size() + 8);
         http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
         // Browsers (a local web UI) may call the API from another origin.
         http.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
@@ -389,6 +434,9 @@ struct Server::Impl {
                                                         {"n_ctx_train", info.n_ctx_train},
                                                         {"n_vocab", info.n_vocab},
                                                         {"weight_bytes", info.weight_bytes}}}}})}});
+        });
+        http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(metrics(), "text/plain; version=0.0.4; charset=utf-8");
         });
         http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
             const auto batch = model->batch_stats();

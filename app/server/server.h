@@ -2,7 +2,7 @@
 //
 //   POST /v1/chat/completions   messages in Qwen's chat format; "stream": true for server-sent events
 //   POST /v1/completions        a raw prompt (control tokens parsed)
-//   GET  /v1/models, /health
+//   GET  /v1/models, /health, /metrics (Prometheus text)
 //
 // Requests run at once, one per session ("slot", each keeping its cache), up to --slots; more
 // wait for a slot. Their one-token steps are batched into shared passes by the library (each

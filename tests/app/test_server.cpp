@@ -11,6 +11,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <span>
 #include <string>
 #include <thread>
@@ -666,6 +667,41 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
     EXPECT_EQ(h["requests"]["rejected"], cases.size() + 1);
     EXPECT_EQ(h["requests"]["served"], 1);
     EXPECT_EQ(h["requests"]["failed"], 0);
+}
+
+TEST(Server, MetricsCountWhatRequestsDid) {
+    Running s("q3_4L_kmix", options(2));
+    const Reply a = post(s, "/v1/chat/completions", chat_body({{"user", "Name a fish."}}, 10));
+    const Reply b = post(s, "/v1/chat/completions", chat_body({{"user", "Name a fish."}}, 10));  // its prompt cached
+    ASSERT_EQ(a.status, 200);
+    ASSERT_EQ(b.status, 200);
+    EXPECT_EQ(post(s, "/v1/chat/completions", std::string("{")).status, 400);
+    auto c = s.client();
+    auto r = c.Get("/metrics");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/plain; version=0.0.4", 0), 0u);
+    std::map<std::string, double> m;  // sample name (with labels) -> value
+    std::istringstream lines(r->body);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.empty() || line[0] == '#') continue;
+        const size_t sp = line.rfind(' ');
+        ASSERT_NE(sp, std::string::npos) << line;
+        ASSERT_EQ(line.rfind("diskformer_", 0), 0u) << line;
+        m[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+    }
+    auto usage = [](const Reply& x, const char* k) { return x.body["usage"][k].get<double>(); };
+    EXPECT_EQ(m["diskformer_requests_total{outcome=\"served\"}"], 2);
+    EXPECT_EQ(m["diskformer_requests_total{outcome=\"rejected\"}"], 1);
+    EXPECT_EQ(m["diskformer_prompt_tokens_total"], usage(a, "prompt_tokens") + usage(b, "prompt_tokens"));
+    EXPECT_EQ(m["diskformer_generated_tokens_total"], usage(a, "completion_tokens") + usage(b, "completion_tokens"));
+    EXPECT_EQ(m["diskformer_prompt_tokens_cached_total"], b.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<double>());
+    EXPECT_GT(m["diskformer_prompt_tokens_cached_total"], 0);
+    EXPECT_GT(m["diskformer_decode_seconds_total"], 0);
+    EXPECT_EQ(m["diskformer_slots"], 2);
+    EXPECT_EQ(m["diskformer_slots_busy"], 0);
+    EXPECT_EQ(m["diskformer_requests_waiting"], 0);
+    EXPECT_GE(m["diskformer_lone_steps_total"], usage(a, "completion_tokens") - 1) << "one request at a time: lone steps";
 }
 
 TEST(Server, AnApiKeyGuardsTheApiButNotHealth) {
