@@ -14,3 +14,4 @@ void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_pull(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_batch(CLI::App& app);

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     register_bench(app);
     register_pull(app);
     register_serve(app);
+    register_batch(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
