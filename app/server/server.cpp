@@ -54,6 +54,7 @@ struct Server::Impl {
     };
     std::vector<Slot> slots;
     uint64_t uses = 0;
+    int32_t im_start = -1, newline = -1;  // the chat format's tokens (conversation_start)
     std::mutex slots_mu;  // slots' busy / used, `aborts`, `stopping`
     std::condition_variable slot_freed;
 
@@ -65,6 +66,7 @@ struct Server::Impl {
     std::atomic<uint64_t> served{0}, aborted{0}, rejected{0}, failed{0};
     // What generation did, summed over every choice of every request (/metrics).
     std::atomic<uint64_t> prompt_total{0}, cached_total{0}, generated_total{0}, prefill_us{0}, decode_us{0};
+    std::atomic<uint64_t> shared_total{0};  // prompt tokens copied from another slot's cache
     std::atomic<int> waiting{0};  // requests waiting for a free slot
 
     Impl(std::shared_ptr<diskformer::Model> m, ServerOptions o) : model(std::move(m)), opt(std::move(o)) {
@@ -83,6 +85,12 @@ struct Server::Impl {
             }
         }
         n_ctx = slots[0].session->n_ctx();
+        try {
+            im_start = model->tokenize("<|im_start|>", true).at(0);
+            const auto nl = model->tokenize("\n");
+            newline = nl.size() == 1 ? nl[0] : -1;
+        } catch (const std::exception&) {  // no tokenizer: completions of raw ids only
+        }
         // The first passes load kernels and record the decode graph (CUDA): now, not in the
         // first request's time to first token.
         for (auto& s : slots)
@@ -120,6 +128,8 @@ struct Server::Impl {
                 {"{outcome=\"failed\"}", failed.load()}});
         metric("prompt_tokens_total", "counter", "Prompt tokens of generations (every choice).", {{"", prompt_total.load()}});
         metric("prompt_tokens_cached_total", "counter", "Of those, tokens taken from a slot's cache.", {{"", cached_total.load()}});
+        metric("prompt_tokens_shared_total", "counter", "Of the cached ones, tokens copied from another slot's cache.",
+               {{"", shared_total.load()}});
         metric("generated_tokens_total", "counter", "Tokens generated.", {{"", generated_total.load()}});
         metric("prefill_seconds_total", "counter", "Time spent evaluating prompts.", {{"", prefill_us.load() * 1e-6}});
         metric("decode_seconds_total", "counter", "Time from each generation's first token to its last.", {{"", decode_us.load() * 1e-6}});
@@ -138,20 +148,34 @@ struct Server::Impl {
     }
 
     // Of the free slots, the one whose cache gives most of the prompt, if that is at least half
-    // of it (a returning conversation); otherwise the least recently used one (an empty one
-    // first), so that a new conversation that merely shares a prefix does not take another's
-    // cache. Under slots_mu, with a slot free.
+    // of it and reaches into its first user message (a returning conversation); otherwise the
+    // least recently used one (an empty one first), so that a new conversation that merely
+    // shares a prefix (a system prompt, tools) does not take another's cache: it borrows that
+    // prefix instead (generate()). Under slots_mu, with a slot free.
     Slot& pick(std::span<const int32_t> prompt) {
+        const size_t own_from = conversation_start(prompt);
         Slot* best = nullptr;
         size_t best_n = 0;
         for (auto& s : slots)
             if (!s.busy)
                 if (const size_t n = static_cast<size_t>(s.session->reusable(prompt)); !best || n > best_n) best = &s, best_n = n;
-        if (2 * best_n < prompt.size())
+        if (2 * best_n < prompt.size() || best_n <= own_from)
             for (auto& s : slots)
                 if (!s.busy && s.used < best->used) best = &s;
         best->used = ++uses;
         return *best;
+    }
+
+    // Where a chat prompt's first user message begins, after a leading system turn and the next
+    // turn's "<|im_start|>role\n" (0 for other prompts): a cache that shares no more than that
+    // is another conversation's.
+    size_t conversation_start(std::span<const int32_t> prompt) const {
+        if (im_start < 0 || prompt.empty() || prompt[0] != im_start) return 0;
+        for (size_t i = 1; i < prompt.size(); ++i)
+            if (prompt[i] == im_start)  // the second turn: skip its role line
+                for (size_t k = i + 1; k < prompt.size(); ++k)
+                    if (prompt[k] == newline) return k + 1;
+        return 0;
     }
 
     std::vector<int32_t> prompt_tokens(const Request& r) const {
@@ -178,6 +202,7 @@ struct Server::Impl {
     GenerateResult generate(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
                             const diskformer::StreamCallback& on_piece) {
         Slot* slot = nullptr;
+        Slot* donor = nullptr;
         {
             std::unique_lock l(slots_mu);
             ++waiting;
@@ -191,6 +216,13 @@ struct Server::Impl {
             slot = &pick(prompt);
             slot->busy = true;
             aborts.push_back(&abort);
+            // Prefix sharing: a free slot that holds more of the prompt (the same system prompt
+            // and tools, say) lends it, copied instead of evaluated. It is held meanwhile.
+            int lend = 0;
+            for (auto& s : slots)
+                if (!s.busy)
+                    if (const int n = slot->session->borrowable(*s.session, prompt); n > lend) lend = n, donor = &s;
+            if (donor) donor->busy = true;
         }
         struct Release {
             Impl* s;
@@ -210,6 +242,20 @@ struct Server::Impl {
         o.drafter = slot->drafter.get();
         o.block_drafter = slot->block.get();
         try {
+            if (donor) {
+                struct Return {
+                    Impl* s;
+                    Slot* donor;
+                    ~Return() {
+                        {
+                            std::lock_guard l(s->slots_mu);
+                            donor->busy = false;
+                        }
+                        s->slot_freed.notify_all();
+                    }
+                } give_back{this, donor};
+                shared_total += static_cast<uint64_t>(slot->session->borrow(*donor->session, prompt));
+            }
             GenerateResult g = diskformer::generate(*slot->session, prompt, o, on_piece);
             const auto& st = g.stats;
             prompt_total += static_cast<uint64_t>(st.prompt_tokens);

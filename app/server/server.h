@@ -7,10 +7,11 @@
 // Requests run at once, one per session ("slot", each keeping its cache), up to --slots; more
 // wait for a slot. Their one-token steps are batched into shared passes by the library (each
 // weight read once for all of them; the answers stay those of one request alone). A request
-// goes to the free slot whose cached tokens give at least half of its prompt (else to the least
-// recently used free slot), so a conversation that comes back evaluates only its new turn. A
-// client that disconnects from a stream ends its generation; a failed request leaves the server
-// serving.
+// goes to the free slot whose cached tokens give at least half of its prompt, reaching into its
+// first user message (else to the least recently used free slot, copying what another free
+// slot holds of its prompt: Session::borrow), so a conversation that comes back evaluates only
+// its new turn and a shared system prompt is evaluated once. A client that disconnects from a
+// stream ends its generation; a failed request leaves the server serving.
 #pragma once
 
 #include <memory>

@@ -85,7 +85,7 @@ struct SessionOptions {
     KvType kv_type = KvType::f16;
     // Hybrid models: copies of the recurrent state kept by checkpoint() (each as large as that
     // state: ~160 MB for a 27B qwen35, allocated on first use); 0 turns them off.
-    int checkpoints = 2;
+    int checkpoints = 3;
 };
 
 struct Stats {
@@ -120,6 +120,17 @@ public:
     int set_prompt(std::span<const int32_t> prompt);
     // How many of `prompt`'s tokens set_prompt(prompt) would reuse (nothing is evaluated).
     int reusable(std::span<const int32_t> prompt) const;
+
+    // Prefix sharing between sessions of one model (the same KV type): makes this session hold
+    // the longest start of `prompt` that `donor` holds, copied on the backend instead of
+    // evaluated (KV rows, and for a hybrid model the recurrent state of a checkpoint or of the
+    // donor's whole cache, so the prefix ends there), when that is longer than what this
+    // session would reuse itself and leaves a token to evaluate. Returns the tokens now held
+    // from the donor (0: nothing changed); set_prompt(prompt) then goes on from them, with the
+    // bits it would have had evaluating them here. The donor is only read (no thread may use it
+    // meanwhile); this session's checkpoints are dropped when it borrows.
+    int borrowable(const Session& donor, std::span<const int32_t> prompt) const;
+    int borrow(const Session& donor, std::span<const int32_t> prompt);
 
     // Hybrid models cannot rewind their recurrent state: this keeps a copy of it at the current
     // position (at most SessionOptions::checkpoints; the least recently used is replaced), and a

@@ -199,6 +199,24 @@ void Model::load_recurrent(State& st, const void* src) const {
     });
 }
 
+void Model::copy_kv_rows(const State& from, State& to, int n) const {
+    if (from.kv_type != to.kv_type || n < 0 || n > from.ctx || n > to.ctx)
+        throw std::invalid_argument("copy_kv_rows: " + std::to_string(n) + " rows between states of other KV types or contexts");
+    const size_t bytes = (from.kv_type == KvType::f16 ? 2 : 4) * static_cast<size_t>(n) * config_.kv_dim();
+    for (int i = 0; i < config_.n_layer; ++i)
+        if (from.k_cache[i]) {
+            backend_->copy(to.k_cache[i], from.k_cache[i], bytes);
+            backend_->copy(to.v_cache[i], from.v_cache[i], bytes);
+        }
+}
+
+void Model::copy_recurrent(const State& from, State& to) const {
+    for (int i = 0; i < config_.n_layer; ++i) {
+        if (from.conv_state[i]) backend_->copy(to.conv_state[i], from.conv_state[i], conv_state_bytes(config_));
+        if (from.ssm_state[i]) backend_->copy(to.ssm_state[i], from.ssm_state[i], ssm_state_bytes(config_));
+    }
+}
+
 void Model::forward(State& st, const Step& s, Output out) const {
     if (out == Output::all && !st.all_logits && s.T > kVerifyRows)
         throw std::invalid_argument("forward: logits of every row need all_logits past " + std::to_string(kVerifyRows) + " tokens");

@@ -99,6 +99,10 @@ public:
     size_t recurrent_bytes() const;
     void save_recurrent(const State& st, void* dst) const;
     void load_recurrent(State& st, const void* src) const;
+    // Prefix sharing between states of this model with the same KV type: the first n KV rows
+    // of every attention layer, and the whole recurrent state.
+    void copy_kv_rows(const State& from, State& to, int n) const;
+    void copy_recurrent(const State& from, State& to) const;
 
     // Runs T = s.T tokens (tokens/pos already in st.tokens/st.pos) through the network.
     void forward(State& st, const Step& s, Output out) const;

@@ -34,20 +34,32 @@ struct Prefill {
     bool aborted = false;
 };
 
-// Where a hybrid model keeps checkpoints of its recurrent state while evaluating `prompt`: before
-// its last token (the same prompt again resumes there) and after the last <|im_start|> (a chat
-// re-sent with this turn's answer re-rendered departs from the cache just after it).
+// Where a hybrid model keeps checkpoints of its recurrent state while evaluating `prompt`
+// (ascending): after a leading system turn (another conversation with the same system prompt,
+// on this session or borrowing from it, departs after it), after the last <|im_start|> (a chat
+// re-sent with this turn's answer re-rendered departs from the cache just after it) and before
+// its last token (the same prompt again resumes there).
 std::vector<size_t> checkpoint_marks(const Session& s, std::span<const int32_t> prompt) {
     const auto& mi = s.model().impl();
     if (mi.model->config().n_recurrent() == 0 || prompt.size() < 2) return {};
     std::vector<size_t> marks;
     const int32_t im_start = mi.tokenizer->find("<|im_start|>");
+    const std::vector<int32_t> system = mi.tokenizer->encode("system", false);  // "<|im_start|>system\n": a system turn
+    if (prompt[0] == im_start && prompt.size() > system.size() + 1 &&
+        std::equal(system.begin(), system.end(), prompt.begin() + 1))
+        for (size_t i = 1 + system.size(); i + 1 < prompt.size(); ++i)
+            if (prompt[i] == im_start) {  // the next turn's start
+                marks.push_back(i);
+                break;
+            }
     for (size_t i = prompt.size() - 1; i-- > 0;)
         if (prompt[i] == im_start) {
             marks.push_back(i + 1);
             break;
         }
-    if (marks.empty() || marks.back() != prompt.size() - 1) marks.push_back(prompt.size() - 1);
+    marks.push_back(prompt.size() - 1);
+    std::sort(marks.begin(), marks.end());
+    marks.erase(std::unique(marks.begin(), marks.end()), marks.end());
     return marks;
 }
 

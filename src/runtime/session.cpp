@@ -30,6 +30,27 @@ Session::Impl::Resume Session::Impl::resume(std::span<const int32_t> prompt) con
     return r;
 }
 
+Session::Impl::Resume Session::Impl::borrow_plan(const Impl& donor, std::span<const int32_t> prompt) const {
+    Resume r;
+    if (&donor == this || donor.m != m || donor.st->kv_type != st->kv_type || prompt.size() < 2) return r;
+    size_t p = 0;
+    while (p < donor.tokens.size() && p < prompt.size() && donor.tokens[p] == prompt[p]) ++p;
+    p = std::min(p, prompt.size() - 1);  // a token left to evaluate, for fresh logits
+    if (m->config().n_recurrent() == 0) {
+        r.n = p;
+    } else {
+        // A recurrent state exists only where the donor is, or where it kept a checkpoint.
+        if (p == donor.tokens.size()) r.n = p;
+        for (size_t i = 0; i < donor.checkpoints.size(); ++i) {
+            const auto& cp = donor.checkpoints[i];
+            if (cp.valid && cp.n <= p && cp.n > r.n) r = {cp.n, static_cast<int>(i)};
+        }
+    }
+    const size_t own = holds(prompt) ? prompt.size() : resume(prompt).n;
+    if (r.n <= own || r.n > static_cast<size_t>(st->ctx)) return {};
+    return r;
+}
+
 void Session::Impl::admit(std::span<const int32_t> ids) {
     const auto& c = m->config();
     if (tokens.size() + ids.size() > static_cast<size_t>(st->ctx))
@@ -269,6 +290,31 @@ int Session::reusable(std::span<const int32_t> prompt) const {
     const auto& I = *impl_;
     if (prompt.empty()) return 0;
     return static_cast<int>(I.holds(prompt) ? prompt.size() : I.resume(prompt).n);
+}
+
+int Session::borrowable(const Session& donor, std::span<const int32_t> prompt) const {
+    return static_cast<int>(impl_->borrow_plan(*donor.impl_, prompt).n);
+}
+
+int Session::borrow(const Session& donor, std::span<const int32_t> prompt) {
+    auto& I = *impl_;
+    const auto& D = *donor.impl_;
+    const Impl::Resume r = I.borrow_plan(D, prompt);
+    if (r.n == 0) return 0;
+    Engine::Lock hold(*I.engine);
+    I.m->copy_kv_rows(*D.st, *I.st, static_cast<int>(r.n));
+    if (I.m->config().n_recurrent() > 0) {
+        if (r.cp >= 0)
+            I.m->load_recurrent(*I.st, D.checkpoints[static_cast<size_t>(r.cp)].buf);
+        else
+            I.m->copy_recurrent(*D.st, *I.st);
+    }
+    I.be->synchronize();  // the donor may be used by another thread once this returns
+    I.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(r.n));
+    I.logits_valid = false;
+    I.fed_pos = -1;
+    for (auto& cp : I.checkpoints) cp.valid = false;  // they were of the old cache
+    return static_cast<int>(r.n);
 }
 
 bool Session::checkpoint() {

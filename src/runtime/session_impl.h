@@ -48,6 +48,10 @@ struct Session::Impl {
         int cp = -1;
     };
     Resume resume(std::span<const int32_t> prompt) const;
+    // What this session can take from `donor` for `prompt` (Session::borrow): n tokens, from the
+    // donor's checkpoint cp (-1: its live state, or no recurrent state); n = 0: nothing better
+    // than its own cache.
+    Resume borrow_plan(const Impl& donor, std::span<const int32_t> prompt) const;
     // Whether the cache holds exactly `prompt` with its logits: nothing to evaluate.
     bool holds(std::span<const int32_t> prompt) const {
         return logits_valid && prompt.size() == tokens.size() && std::equal(prompt.begin(), prompt.end(), tokens.begin());

@@ -669,6 +669,37 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
     EXPECT_EQ(h["requests"]["failed"], 0);
 }
 
+TEST(Server, ANewConversationBorrowsTheSharedSystemPromptFromAnotherSlot) {
+    // Two conversations with one long system prompt on two slots: the second starts on the free
+    // slot with the system turn copied from the first one's cache (after it, for the hybrid model:
+    // its checkpoint there), and answers as it would alone.
+    const std::string system =
+        "You are the support assistant of a hardware shop. Be brief, polite and exact; never guess a price; "
+        "ask for the order number when a question is about an order.";
+    for (const char* name : {"q3_4L_kmix", "q35_4L_iq2mix"}) {
+        SCOPED_TRACE(name);
+        Running s(name, options(2));
+        const Reply a = post(s, "/v1/chat/completions", chat_body({{"system", system}, {"user", "Do you sell drills?"}}, 6));
+        ASSERT_EQ(a.status, 200);
+        const Reply b = post(s, "/v1/chat/completions", chat_body({{"system", system}, {"user", "Where is my parcel?"}}, 6));
+        ASSERT_EQ(b.status, 200);
+        const int cached = b.body["usage"]["prompt_tokens_details"]["cached_tokens"];
+        const auto sys_only = diskformer::chat_prompt(*model(name), std::vector<diskformer::ChatMessage>{{"system", system, {}}}, diskformer::Thinking::automatic, false);
+        EXPECT_GE(cached, static_cast<int>(sys_only.size()) - 1) << "the system turn came from the other slot";
+        const auto want = library_answer(name, {{"system", system, {}}, {"user", "Where is my parcel?", {}}}, 6);
+        const Json& m = b.body["choices"][0]["message"];
+        EXPECT_EQ(m.value("reasoning_content", "") + "|" + m["content"].get<std::string>(), want.reasoning + "|" + want.text);
+        auto c = s.client();
+        auto r = c.Get("/metrics");
+        ASSERT_TRUE(r);
+        EXPECT_NE(r->body.find("diskformer_prompt_tokens_shared_total " + std::to_string(cached) + "\n"), std::string::npos) << r->body;
+        // The first conversation kept its slot: the same request again evaluates one token.
+        const Reply again = post(s, "/v1/chat/completions", chat_body({{"system", system}, {"user", "Do you sell drills?"}}, 6));
+        EXPECT_EQ(again.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+                  again.body["usage"]["prompt_tokens"].get<int>() - 1);
+    }
+}
+
 TEST(Server, MetricsCountWhatRequestsDid) {
     Running s("q3_4L_kmix", options(2));
     const Reply a = post(s, "/v1/chat/completions", chat_body({{"user", "Name a fish."}}, 10));
