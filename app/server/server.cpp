@@ -71,6 +71,7 @@ struct Server::Impl {
 
     Impl(std::shared_ptr<diskformer::Model> m, ServerOptions o) : model(std::move(m)), opt(std::move(o)) {
         if (opt.slots < 1) throw Error("serve: --slots must be at least 1");
+        if (opt.queue < 0) throw Error("serve: --queue must be 0 or more");
         if (opt.draft_model) diskformer::check_drafter(*model, *opt.draft_model);
         for (int i = 0; i < opt.slots; ++i) {
             Slot& s = slots.emplace_back();
@@ -147,6 +148,15 @@ struct Server::Impl {
         if (opt.log) std::fprintf(stderr, "%s\n", line.c_str());
     }
 
+    // Throws 503 when every slot is taken and the queue is full (under slots_mu).
+    void refuse_when_full() const {
+        if (std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return !s.busy; }) || waiting < opt.queue) return;
+        throw ApiError(503,
+                       "the server is busy: every slot is taken and " + std::to_string(waiting.load()) +
+                           " requests are waiting (serve --slots / --queue)",
+                       {}, "server_overloaded");
+    }
+
     // Of the free slots, the one whose cache gives most of the prompt, if that is at least half
     // of it and reaches into its first user message (a returning conversation); otherwise the
     // least recently used one (an empty one first), so that a new conversation that merely
@@ -205,6 +215,7 @@ struct Server::Impl {
         Slot* donor = nullptr;
         {
             std::unique_lock l(slots_mu);
+            refuse_when_full();
             ++waiting;
             slot_freed.wait(l, [&] { return stopping || std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return !s.busy; }); });
             --waiting;
@@ -331,6 +342,10 @@ struct Server::Impl {
             auto r = std::make_shared<Request>(chat ? parse_chat_request(body, opt.defaults, &ordered)
                                                     : parse_completion_request(body, opt.defaults));
             auto prompt = std::make_shared<std::vector<int32_t>>(prompt_tokens(*r));
+            {
+                std::lock_guard l(slots_mu);
+                refuse_when_full();  // before a stream's headers go out with status 200
+            }
             const Meta m = meta(*r);
             if (!r->stream) {
                 std::atomic<bool> abort{false};
@@ -358,7 +373,7 @@ struct Server::Impl {
                 return true;
             });
         } catch (const ApiError& e) {
-            if (e.status < 500) ++rejected;
+            if (e.status < 500 || e.code == "server_overloaded") ++rejected;
             send_error(res, e);
             log(std::string(path) + " " + std::to_string(e.status) + " · " + e.what());
         } catch (const std::exception& e) {
@@ -420,10 +435,10 @@ struct Server::Impl {
 
     void routes() {
         http.set_payload_max_length(kMaxBody);
-        // Workers for the slots, for as many requests again waiting for one (each holds a
-        // worker), and some for /health, /v1/models and requests refused early; idle ones cost
+        // Workers for the slots, for the requests waiting for one (each holds a worker), and
+        // some for /health, /metrics, /v1/models and requests refused early; idle ones cost
         // nothing.
-        const size_t workers = std::max<size_t>(16, 2 * slots.size() + 8);
+        const size_t workers = slots.size() + static_cast<size_t>(opt.queue) + 8;
         http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
         // Browsers (a local web UI) may call the API from another origin.
         http.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
@@ -491,6 +506,7 @@ struct Server::Impl {
                        {"model", opt.model_id},
                        {"slots", opt.slots},
                        {"slots_busy", slots_busy()},
+                       {"requests_waiting", waiting.load()},
                        {"batching", {{"passes", batch.passes}, {"batched_steps", batch.batched_steps}, {"lone_steps", batch.lone_steps}}},
                        {"requests", {{"served", served.load()},
                                      {"aborted", aborted.load()},

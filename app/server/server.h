@@ -26,6 +26,7 @@ struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8080;                        // 0: any free port (bind() says which)
     int slots = 1;                          // requests served at once, each slot a session with its own KV cache
+    int queue = 32;                         // requests that may wait for a slot; more get 503 at once
     std::string model_id;                   // the name /v1/models and answers give
     std::string api_key;                    // when set, /v1/* need "Authorization: Bearer <key>"
     diskformer::SessionOptions session;     // each slot's context, chunk and KV type

@@ -700,6 +700,36 @@ TEST(Server, ANewConversationBorrowsTheSharedSystemPromptFromAnotherSlot) {
     }
 }
 
+TEST(Server, AFullQueueRefusesAtOnce) {
+    ds::ServerOptions o = options(1, 4096);
+    o.queue = 1;
+    auto s = std::make_unique<Running>("q3_4L_kmix", o);
+    const Json long_story = chat_body({{"user", "Write a very long story."}}, 4000);
+    Reply a, b;
+    std::thread ta([&] { a = post(*s, "/v1/chat/completions", long_story); });
+    auto wait_for = [&](const char* key, int want) {
+        for (int i = 0; i < 400 && health(*s)[key] != want; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return health(*s)[key] == want;
+    };
+    ASSERT_TRUE(wait_for("slots_busy", 1));
+    std::thread tb([&] { b = post(*s, "/v1/chat/completions", long_story); });
+    ASSERT_TRUE(wait_for("requests_waiting", 1));
+    const Reply c = post(*s, "/v1/chat/completions", chat_body({{"user", "hi"}}, 2));
+    EXPECT_EQ(c.status, 503) << c.body.dump();
+    EXPECT_EQ(c.body["error"]["code"], "server_overloaded");
+    Json sc = chat_body({{"user", "hi"}}, 2);
+    sc["stream"] = true;
+    const Reply e = post(*s, "/v1/chat/completions", sc);
+    EXPECT_EQ(e.status, 503) << "a stream is refused before its headers";
+    EXPECT_EQ(health(*s)["requests"]["rejected"], 2);
+    s->server().stop();
+    ta.join();
+    tb.join();
+    EXPECT_EQ(a.status, 503);
+    EXPECT_EQ(b.status, 503);
+    s.reset();
+}
+
 TEST(Server, MetricsCountWhatRequestsDid) {
     Running s("q3_4L_kmix", options(2));
     const Reply a = post(s, "/v1/chat/completions", chat_body({{"user", "Name a fish."}}, 10));
