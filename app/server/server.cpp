@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "server/openai.h"
@@ -208,80 +209,6 @@ struct Server::Impl {
         return ids;
     }
 
-    // Runs one request on a free slot (waiting for one). `abort` ends it early (a client gone, stop()).
-    GenerateResult generate(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
-                            const diskformer::StreamCallback& on_piece) {
-        Slot* slot = nullptr;
-        Slot* donor = nullptr;
-        {
-            std::unique_lock l(slots_mu);
-            refuse_when_full();
-            ++waiting;
-            slot_freed.wait(l, [&] { return stopping || std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return !s.busy; }); });
-            --waiting;
-            if (stopping) {  // ends like a generation aborted at once
-                GenerateResult g;
-                g.stop = diskformer::StopReason::aborted;
-                return g;
-            }
-            slot = &pick(prompt);
-            slot->busy = true;
-            aborts.push_back(&abort);
-            // Prefix sharing: a free slot that holds more of the prompt (the same system prompt
-            // and tools, say) lends it, copied instead of evaluated. It is held meanwhile.
-            int lend = 0;
-            for (auto& s : slots)
-                if (!s.busy)
-                    if (const int n = slot->session->borrowable(*s.session, prompt); n > lend) lend = n, donor = &s;
-            if (donor) donor->busy = true;
-        }
-        struct Release {
-            Impl* s;
-            Slot* slot;
-            std::atomic<bool>* abort;
-            ~Release() {
-                {
-                    std::lock_guard l(s->slots_mu);
-                    slot->busy = false;
-                    s->aborts.erase(std::find(s->aborts.begin(), s->aborts.end(), abort));
-                }
-                s->slot_freed.notify_all();
-            }
-        } release{this, slot, &abort};
-        diskformer::GenerateOptions o = r.gen;
-        o.abort = &abort;
-        o.drafter = slot->drafter.get();
-        o.block_drafter = slot->block.get();
-        try {
-            if (donor) {
-                struct Return {
-                    Impl* s;
-                    Slot* donor;
-                    ~Return() {
-                        {
-                            std::lock_guard l(s->slots_mu);
-                            donor->busy = false;
-                        }
-                        s->slot_freed.notify_all();
-                    }
-                } give_back{this, donor};
-                shared_total += static_cast<uint64_t>(slot->session->borrow(*donor->session, prompt));
-            }
-            GenerateResult g = diskformer::generate(*slot->session, prompt, o, on_piece);
-            const auto& st = g.stats;
-            prompt_total += static_cast<uint64_t>(st.prompt_tokens);
-            cached_total += static_cast<uint64_t>(st.reused_tokens);
-            generated_total += static_cast<uint64_t>(st.generated_tokens);
-            prefill_us += static_cast<uint64_t>(st.prefill_ms * 1e3);
-            decode_us += static_cast<uint64_t>(st.decode_ms * 1e3);
-            return g;
-        } catch (...) {
-            slot->session->reset();  // whatever failed mid-pass, the next request starts clean
-            if (slot->drafter) slot->drafter->reset();
-            throw;
-        }
-    }
-
     // A request's log-probabilities as generation reports them: each token's entry waits until a
     // piece of text carries it out (stream), and the last token's until the stop reason says
     // whether it was an end token, which is not reported.
@@ -305,6 +232,166 @@ struct Server::Impl {
             return take();
         }
     };
+
+    // Slots a request holds, released (and its abort flag forgotten) when this goes.
+    struct Held {
+        Impl* s = nullptr;
+        std::vector<Slot*> slots;  // empty: the server is stopping
+        std::atomic<bool>* abort = nullptr;
+        Held() = default;
+        Held(const Held&) = delete;
+        Held& operator=(const Held&) = delete;
+        ~Held() {
+            if (slots.empty()) return;
+            {
+                std::lock_guard l(s->slots_mu);
+                for (Slot* x : slots) x->busy = false;
+                s->aborts.erase(std::find(s->aborts.begin(), s->aborts.end(), abort));
+            }
+            s->slot_freed.notify_all();
+        }
+    };
+
+    // Waits for a free slot for `prompt` (pick), then takes up to `more` other free slots
+    // without waiting (the least recently used first). Throws 503 when the queue is full.
+    void acquire(Held& h, std::span<const int32_t> prompt, std::atomic<bool>& abort, int more) {
+        std::unique_lock l(slots_mu);
+        refuse_when_full();
+        ++waiting;
+        slot_freed.wait(l, [&] { return stopping || std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return !s.busy; }); });
+        --waiting;
+        if (stopping) return;  // no slot: the generation ends as aborted at once
+        h.s = this;
+        h.abort = &abort;
+        aborts.push_back(&abort);
+        Slot* first = &pick(prompt);
+        first->busy = true;
+        h.slots.push_back(first);
+        for (; more > 0; --more) {
+            Slot* lru = nullptr;
+            for (auto& x : slots)
+                if (!x.busy && (!lru || x.used < lru->used)) lru = &x;
+            if (!lru) break;
+            lru->busy = true;
+            lru->used = ++uses;
+            h.slots.push_back(lru);
+        }
+    }
+
+    // Runs one generation on a slot this request holds. Before it, a free slot that holds more
+    // of the prompt (the same system prompt and tools, say) lends it, copied instead of
+    // evaluated (held meanwhile).
+    GenerateResult run_on(Slot& slot, const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
+                          const diskformer::StreamCallback& on_piece) {
+        diskformer::GenerateOptions o = r.gen;
+        o.abort = &abort;
+        o.drafter = slot.drafter.get();
+        o.block_drafter = slot.block.get();
+        try {
+            Slot* donor = nullptr;
+            {
+                std::lock_guard l(slots_mu);
+                int lend = 0;
+                for (auto& x : slots)
+                    if (!x.busy)
+                        if (const int n = slot.session->borrowable(*x.session, prompt); n > lend) lend = n, donor = &x;
+                if (donor) donor->busy = true;
+            }
+            if (donor) {
+                struct Return {
+                    Impl* s;
+                    Slot* donor;
+                    ~Return() {
+                        {
+                            std::lock_guard l(s->slots_mu);
+                            donor->busy = false;
+                        }
+                        s->slot_freed.notify_all();
+                    }
+                } give_back{this, donor};
+                shared_total += static_cast<uint64_t>(slot.session->borrow(*donor->session, prompt));
+            }
+            GenerateResult g = diskformer::generate(*slot.session, prompt, o, on_piece);
+            const auto& st = g.stats;
+            prompt_total += static_cast<uint64_t>(st.prompt_tokens);
+            cached_total += static_cast<uint64_t>(st.reused_tokens);
+            generated_total += static_cast<uint64_t>(st.generated_tokens);
+            prefill_us += static_cast<uint64_t>(st.prefill_ms * 1e3);
+            decode_us += static_cast<uint64_t>(st.decode_ms * 1e3);
+            return g;
+        } catch (...) {
+            slot.session->reset();  // whatever failed mid-pass, the next request starts clean
+            if (slot.drafter) slot.drafter->reset();
+            throw;
+        }
+    }
+
+    static GenerateResult aborted_at_once() {
+        GenerateResult g;
+        g.stop = diskformer::StopReason::aborted;
+        return g;
+    }
+
+    // Runs one request on a free slot (waiting for one). `abort` ends it early (a client gone, stop()).
+    GenerateResult generate(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
+                            const diskformer::StreamCallback& on_piece) {
+        Held h;
+        acquire(h, prompt, abort, 0);
+        if (h.slots.empty()) return aborted_at_once();
+        return run_on(*h.slots[0], r, prompt, abort, on_piece);
+    }
+
+    // The n choices of a request that is not streamed, at once on as many free slots as there
+    // are (each choice's steps then share passes): the prompt is evaluated on the first slot and
+    // copied to the others, and slot k runs choices k, k + slots, ... Choice i draws with seed + i
+    // either way, so the answers are those of the choices one after another.
+    std::vector<GenerateResult> generate_choices(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
+                                                 std::vector<Logprobs>& lps) {
+        const int n = r.n;
+        std::vector<GenerateResult> results(static_cast<size_t>(n));
+        Held h;
+        acquire(h, prompt, abort, n - 1);
+        if (h.slots.empty()) {
+            for (auto& g : results) g = aborted_at_once();
+            return results;
+        }
+        const int k = static_cast<int>(h.slots.size());
+        auto callback = [&](int i) {
+            return lps[i].on() ? diskformer::StreamCallback([&lps, i](const diskformer::Piece& p) { lps[i].add(p); })
+                               : diskformer::StreamCallback{};
+        };
+        if (k == 1) {
+            for (int i = 0; i < n; ++i) results[i] = run_on(*h.slots[0], choice(r, i), prompt, abort, callback(i));
+            return results;
+        }
+        Request pre = r;
+        pre.gen.max_tokens = 0;  // the prompt only (with generation's checkpoints)
+        const GenerateResult p = run_on(*h.slots[0], pre, prompt, abort, {});
+        if (p.stop == diskformer::StopReason::aborted) {
+            for (auto& g : results) g = aborted_at_once();
+            return results;
+        }
+        for (int j = 1; j < k; ++j) shared_total += static_cast<uint64_t>(h.slots[j]->session->borrow(*h.slots[0]->session, prompt));
+        std::vector<std::exception_ptr> errors(static_cast<size_t>(k));
+        auto work = [&](int j) {
+            try {
+                for (int i = j; i < n; i += k) results[i] = run_on(*h.slots[j], choice(r, i), prompt, abort, callback(i));
+            } catch (...) {
+                errors[j] = std::current_exception();
+                abort = true;  // the others stop too: the request fails as a whole
+            }
+        };
+        std::vector<std::thread> threads;
+        for (int j = 1; j < k; ++j) threads.emplace_back(work, j);
+        work(0);
+        for (auto& t : threads) t.join();
+        for (auto& e : errors)
+            if (e) std::rethrow_exception(e);
+        // The prompt was evaluated for this request, by the pass before the choices.
+        results[0].stats.reused_tokens = p.stats.reused_tokens;
+        results[0].stats.prefill_ms = p.stats.prefill_ms;
+        return results;
+    }
 
     Meta meta(const Request& r) {
         char id[32];
@@ -349,19 +436,14 @@ struct Server::Impl {
             const Meta m = meta(*r);
             if (!r->stream) {
                 std::atomic<bool> abort{false};
-                std::vector<GenerateResult> results;
-                std::vector<Json> logprobs;
-                for (int i = 0; i < r->n; ++i) {
-                    Logprobs lp{*r, *this, {}};
-                    results.push_back(generate(choice(*r, i), *prompt, abort,
-                                               lp.on() ? diskformer::StreamCallback([&](const diskformer::Piece& p) { lp.add(p); })
-                                                       : diskformer::StreamCallback{}));
-                    if (stopping) {
-                        ++aborted;
-                        throw ApiError(503, "the server is shutting down");
-                    }
-                    logprobs.push_back(lp.on() ? lp.finish(results.back()) : Json(nullptr));
+                std::vector<Logprobs> lps(static_cast<size_t>(r->n), Logprobs{*r, *this, {}});
+                const std::vector<GenerateResult> results = generate_choices(*r, *prompt, abort, lps);
+                if (stopping) {
+                    ++aborted;
+                    throw ApiError(503, "the server is shutting down");
                 }
+                std::vector<Json> logprobs;
+                for (int i = 0; i < r->n; ++i) logprobs.push_back(lps[i].on() ? lps[i].finish(results[i]) : Json(nullptr));
                 send_json(res, 200, response_json(*r, m, results, logprobs));
                 ++served;
                 log(summary(*r, results));

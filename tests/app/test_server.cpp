@@ -431,20 +431,20 @@ TEST(Server, JsonObjectResponsesAreJson) {
 
 // n choices: choice i is the library's answer with seed + i; usage counts the prompt once and
 // every answer; a stream sends the choices one after another under their indices.
-TEST(Server, NChoicesAreSeededGenerationsOneAfterAnother) {
-    const char* name = "q35_4L_iq2mix";
-    Running s(name);
+// n sampled choices of one request: choice i is the library's answer with seed + i (streamed:
+// one choice after another).
+void NChoicesAreTheLibrarys(const Running& s, const char* name, int n = 3) {
     Json body = chat_body(kConversation, 12);
-    body["n"] = 3;
+    body["n"] = n;
     body["temperature"] = 1.0;
     body["top_k"] = 0;
     body["seed"] = 42;
     const Reply r = post(s, "/v1/chat/completions", body);
     ASSERT_EQ(r.status, 200) << r.body.dump();
-    ASSERT_EQ(r.body["choices"].size(), 3u);
+    ASSERT_EQ(r.body["choices"].size(), static_cast<size_t>(n));
     size_t completion = 0;
     std::vector<std::string> texts;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < n; ++i) {
         SCOPED_TRACE("choice " + std::to_string(i));
         const Json& c = r.body["choices"][i];
         EXPECT_EQ(c["index"], i);
@@ -481,6 +481,40 @@ TEST(Server, NChoicesAreSeededGenerationsOneAfterAnother) {
     EXPECT_EQ(streamed[0], texts[0]);
     EXPECT_EQ(streamed[1], texts[1]);
 }
+
+TEST(Server, NChoicesAreSeededGenerationsOneAfterAnother) {
+    const char* name = "q35_4L_iq2mix";
+    Running s(name);
+    NChoicesAreTheLibrarys(s, name);
+}
+
+TEST(Server, NChoicesRunAtOnceOnFreeSlotsWithTheSameAnswers) {
+    // Five choices on three slots: the prompt evaluated once and copied to the two others, the
+    // choices in shared passes, and the answers those of the choices one after another.
+    const char* name = "q35_4L_iq2mix";
+    Running s(name, options(3));
+    NChoicesAreTheLibrarys(s, name, 5);
+    const Json h = health(s);
+    EXPECT_GT(h["batching"]["passes"].get<int>(), 0) << h.dump();
+    EXPECT_EQ(h["slots_busy"], 0);
+}
+
+TEST(Server, NChoicesLogprobsAtOnce) {
+    const char* name = "q3_4L_kmix";
+    Json body = chat_body(kConversation, 6);
+    body["n"] = 3;
+    body["temperature"] = 0.8;
+    body["seed"] = 9;
+    body["logprobs"] = true;
+    body["top_logprobs"] = 2;
+    Running one(name, options(1)), three(name, options(3));
+    const Reply a = post(one, "/v1/chat/completions", body), b = post(three, "/v1/chat/completions", body);
+    ASSERT_EQ(a.status, 200) << a.body.dump();
+    ASSERT_EQ(b.status, 200) << b.body.dump();
+    EXPECT_EQ(a.body["choices"], b.body["choices"]);
+    EXPECT_EQ(a.body["usage"]["completion_tokens"], b.body["usage"]["completion_tokens"]);
+}
+
 
 // tool_choice forcing a call: the answer is one <tool_call> block of that function (its
 // parameters' schema enforced), returned as tool_calls, even from a random model.
