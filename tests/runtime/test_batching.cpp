@@ -9,7 +9,7 @@
 #include <map>
 #include <thread>
 
-#include "common/golden.h"
+#include "common/golden_models.h"
 #include "diskformer/generate.h"
 #include "runtime/model_impl.h"
 #include "runtime/session_impl.h"
@@ -19,17 +19,7 @@ namespace {
 namespace dfm = diskformer;
 using dfm::GenerateOptions;
 
-std::shared_ptr<dfm::Model> model(const std::string& name) {
-    static std::map<std::string, std::shared_ptr<dfm::Model>> cache;
-    auto& m = cache[name];
-    if (!m) {
-        dfm::ModelOptions o;
-        o.backend = dfm::BackendKind::cpu;
-        o.threads = 2;
-        m = dfm::Model::load((df::test::golden_dir() / "models" / (name + ".gguf")).string(), o);
-    }
-    return m;
-}
+std::shared_ptr<dfm::Model> model(const std::string& name) { return df::test::golden_model(name); }
 
 const char* const kTexts[] = {
     "The quick brown fox jumps over",

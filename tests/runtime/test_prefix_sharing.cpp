@@ -6,21 +6,14 @@
 #include <cstring>
 #include <map>
 
-#include "common/golden.h"
+#include "common/golden_models.h"
 #include "diskformer/generate.h"
 
 namespace {
 
 namespace dfm = diskformer;
 
-std::shared_ptr<dfm::Model> model(const std::string& name) {
-    static std::map<std::string, std::shared_ptr<dfm::Model>> cache;
-    auto& m = cache[name];
-    if (!m)
-        m = dfm::Model::load((df::test::golden_dir() / "models" / (name + ".gguf")).string(),
-                             {.backend = dfm::BackendKind::cpu, .threads = 2});
-    return m;
-}
+std::shared_ptr<dfm::Model> model(const std::string& name) { return df::test::golden_model(name); }
 
 const std::string kSystem =
     "You are a careful assistant. Answer in one short sentence, name your sources, and never invent a number. "
