@@ -67,7 +67,8 @@ struct GenerateOptions {
     // output asks for (pydantic, OpenAI's strict mode): type, nullable, enum / const of any
     // scalar, properties (written in their declared order, optional ones may be left out),
     // required, additionalProperties false, items, minItems, maxItems, minLength, maxLength,
-    // integer minimum / maximum (exclusive too), $ref into the schema ($defs, recursion), anyOf /
+    // minimum / maximum on integers and numbers (exclusive too; a bounded number is written
+    // without an exponent), $ref into the schema ($defs, recursion), anyOf /
     // oneOf whose branches allow different types, allOf of one; annotations (title, description,
     // format, …) have no effect. A keyword outside it is an Error, never ignored
     // (check_json_schema says so up front).

@@ -1,6 +1,9 @@
 #include "runtime/json_prefix.h"
 
 #include <bit>
+#include <cstdlib>
+#include <string>
+#include <string_view>
 
 #include "runtime/utf8_lead.h"
 
@@ -15,6 +18,71 @@ bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (
 enum Num : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigits };
 // Whether a number may end after that part.
 bool num_can_end(uint8_t s) { return s == kZero || s == kInt || s == kFrac || s == kExpDigits; }
+
+// A decimal (a bounded number's text, or a bound): sign and magnitude as digit strings, the
+// integer part without leading zeros, the fraction without trailing zeros (zero: both empty,
+// not negative).
+struct Dec {
+    bool neg = false;
+    std::string i, f;
+};
+
+Dec parse_dec(std::string_view t) {
+    Dec d;
+    if (!t.empty() && t[0] == '-') {
+        d.neg = true;
+        t.remove_prefix(1);
+    }
+    const size_t dot = t.find('.');
+    const std::string_view ip = t.substr(0, dot), fp = dot == std::string_view::npos ? std::string_view() : t.substr(dot + 1);
+    const size_t first = ip.find_first_not_of('0'), last = fp.find_last_not_of('0');
+    if (first != std::string_view::npos) d.i = ip.substr(first);
+    if (last != std::string_view::npos) d.f = fp.substr(0, last + 1);
+    if (d.i.empty() && d.f.empty()) d.neg = false;
+    return d;
+}
+
+int cmp_dec(const Dec& a, const Dec& b) {
+    if (a.neg != b.neg) return a.neg ? -1 : 1;
+    int m = a.i.size() != b.i.size() ? (a.i.size() < b.i.size() ? -1 : 1) : a.i.compare(b.i);
+    if (m == 0) m = a.f.compare(b.f);  // no trailing zeros: a proper prefix is the smaller
+    m = m < 0 ? -1 : m > 0 ? 1 : 0;
+    return a.neg ? -m : m;
+}
+
+// Digit string + 1.
+std::string plus_one(std::string d) {
+    for (size_t k = d.size(); k-- > 0;) {
+        if (d[k] != '9') {
+            ++d[k];
+            return d;
+        }
+        d[k] = '0';
+    }
+    return "1" + d;
+}
+
+// An end of an interval: a decimal or an infinity, closed or open.
+struct End {
+    Dec v;
+    int inf = 0;  // -1, +1: minus / plus infinity
+    bool closed = false;
+};
+
+int cmp_end(const End& a, const End& b) {
+    if (a.inf || b.inf) return a.inf == b.inf ? 0 : a.inf < b.inf ? -1 : 1;
+    return cmp_dec(a.v, b.v);
+}
+
+// Whether two intervals share a decimal (decimals are dense: a non-empty real interval holds one).
+bool meet(const End& lo1, const End& hi1, const End& lo2, const End& hi2) {
+    const int l = cmp_end(lo1, lo2), h = cmp_end(hi1, hi2);
+    End lo = l > 0 ? lo1 : lo2, hi = h < 0 ? hi1 : hi2;
+    if (l == 0) lo.closed = lo1.closed && lo2.closed;
+    if (h == 0) hi.closed = hi1.closed && hi2.closed;
+    const int c = cmp_end(lo, hi);
+    return c < 0 || (c == 0 && lo.closed && hi.closed && !lo.inf);
+}
 
 // The schema type a value starting with c has.
 uint8_t type_of(unsigned char c) {
@@ -163,6 +231,63 @@ bool JsonPrefix::bound_reachable() const {
     return false;
 }
 
+// The numbers a bounded number's text can still become (no exponent: a fraction, or more integer
+// digits up to 18): magnitudes [a, b), each negated after a minus; one must meet the bounds.
+bool JsonPrefix::real_reachable() const {
+    const auto& n = schema_->node(real_node_);
+    End lo{{}, n.real_lo.empty() ? -1 : 0, !n.lo_open}, hi{{}, n.real_hi.empty() ? 1 : 0, !n.hi_open};
+    if (!lo.inf) lo.v = parse_dec(n.real_lo);
+    if (!hi.inf) hi.v = parse_dec(n.real_hi);
+    std::string_view t(num_, num_len_);
+    const bool neg = !t.empty() && t[0] == '-';
+    if (neg) t.remove_prefix(1);
+    auto reaches = [&](const Dec& a, const End& b) {  // magnitudes [a, b)
+        End x{a, 0, true}, y = b;
+        y.closed = false;
+        if (!neg) return meet(x, y, lo, hi);
+        End nx = y, ny = x;  // (-b, -a]
+        nx.inf = -y.inf;
+        nx.v.neg = !nx.v.i.empty() || !nx.v.f.empty();
+        ny.v.neg = !ny.v.i.empty() || !ny.v.f.empty();
+        ny.closed = true;
+        nx.closed = false;
+        return meet(nx, ny, lo, hi);
+    };
+    if (t.empty()) return reaches(Dec{}, End{{}, 1, false});
+    const size_t dot = t.find('.');
+    if (dot == std::string_view::npos) {
+        const Dec a = parse_dec(t);
+        if (a.i.empty()) return reaches(a, End{parse_dec("1"), 0, false});  // "0": 0.x only
+        std::string lo_digits = a.i, hi_digits = plus_one(a.i);
+        for (size_t k = a.i.size(); k <= 18; ++k, lo_digits += '0', hi_digits += '0')
+            if (reaches(parse_dec(lo_digits), End{parse_dec(hi_digits), 0, false})) return true;
+        return false;
+    }
+    // I.F: [I.F, I.F + 10^-|F|)
+    const std::string_view ip = t.substr(0, dot), fp = t.substr(dot + 1);
+    std::string digits = std::string(ip) + std::string(fp);
+    const std::string up = plus_one(digits);
+    const size_t k = fp.size();
+    const std::string upper = up.substr(0, up.size() - k) + "." + up.substr(up.size() - k);
+    return reaches(parse_dec(t), End{parse_dec(upper), 0, false});
+}
+
+// The number as a reader parses it (the nearest double) against the bounds' doubles, as a
+// validator compares them: writing the bound itself meets an inclusive one.
+bool JsonPrefix::real_met() const {
+    const auto& n = schema_->node(real_node_);
+    const double v = std::strtod(std::string(num_, num_len_).c_str(), nullptr);
+    if (!n.real_lo.empty()) {
+        const double lo = std::strtod(n.real_lo.c_str(), nullptr);
+        if (v < lo || (v == lo && n.lo_open)) return false;
+    }
+    if (!n.real_hi.empty()) {
+        const double hi = std::strtod(n.real_hi.c_str(), nullptr);
+        if (v > hi || (v == hi && n.hi_open)) return false;
+    }
+    return true;
+}
+
 bool JsonPrefix::bound_met() const {
     const int64_t v = num_neg_ ? -num_val_ : num_val_;
     return v >= lo_ && v <= hi_;
@@ -212,8 +337,10 @@ bool JsonPrefix::begin_value(unsigned char c) {
         bounded_ = n.bounded && int_only_;
         lo_ = n.min_value;
         hi_ = n.max_value;
+        real_ = n.real_bounded && !int_only_;
+        real_node_ = at;
     } else {
-        bounded_ = false;
+        bounded_ = real_ = false;
     }
     switch (c) {
         case '{':
@@ -237,6 +364,9 @@ bool JsonPrefix::begin_value(unsigned char c) {
             sub_ = kMinus;
             num_neg_ = true;
             num_val_ = num_digits_ = 0;
+            num_[0] = '-';
+            num_len_ = 1;
+            if (real_) return real_reachable();
             return !bounded_ || bound_reachable();
         default:
             if (!is_digit(c)) return false;
@@ -245,6 +375,9 @@ bool JsonPrefix::begin_value(unsigned char c) {
             num_neg_ = false;
             num_val_ = c - '0';
             num_digits_ = 1;
+            num_[0] = static_cast<char>(c);
+            num_len_ = 1;
+            if (real_) return real_reachable();
             return !bounded_ || bound_reachable();
     }
 }
@@ -367,6 +500,34 @@ bool JsonPrefix::step(unsigned char c) {
             return true;
         }
         case Mode::number:
+            if (real_) {  // a bounded number: no exponent, each byte checked against the bounds
+                if (is_digit(c) || c == '.') {
+                    if (num_len_ >= kMaxNumberText) return false;
+                    const bool dot = c == '.';
+                    switch (sub_) {
+                        case kMinus:
+                            if (dot) return false;
+                            sub_ = c == '0' ? kZero : kInt;
+                            break;
+                        case kZero:  // no digit after a leading zero
+                            if (!dot) return false;
+                            sub_ = kDot;
+                            break;
+                        case kInt: sub_ = dot ? kDot : kInt; break;
+                        case kDot:
+                        case kFrac:
+                            if (dot) return false;
+                            sub_ = kFrac;
+                            break;
+                        default: return false;
+                    }
+                    num_[num_len_++] = static_cast<char>(c);
+                    return real_reachable();
+                }
+                if (!num_can_end(sub_) || c == 'e' || c == 'E' || !real_met()) return false;
+                end_value();  // the number ended; c belongs to what follows it
+                return step(c);
+            }
             switch (sub_) {
                 case kMinus:
                     if (!is_digit(c)) return false;

@@ -64,6 +64,8 @@ private:
     bool choice_byte(unsigned char c);  // the next byte of an enum / const value (or what follows it)
     bool bound_reachable() const;  // a bounded integer: some value within bounds starts so
     bool bound_met() const;        // ... and the digits so far are one
+    bool real_reachable() const;   // a bounded number: likewise, for the text so far
+    bool real_met() const;
 
     struct Frame {
         int node;   // the container's schema
@@ -95,6 +97,12 @@ private:
     bool bounded_ = false, num_neg_ = false;
     int num_digits_ = 0;
     int64_t num_val_ = 0, lo_ = 0, hi_ = 0;
+    // A bounded number (JsonSchema::Node::real_bounded, no exponent): its node and text so far.
+    static constexpr int kMaxNumberText = 40;
+    bool real_ = false;
+    int real_node_ = 0;
+    uint8_t num_len_ = 0;
+    char num_[kMaxNumberText] = {};
 };
 
 // JSON mode's whole answer: literal text `before`, one JSON object (JsonPrefix), literal text

@@ -3,10 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "diskformer/diskformer.h"
 
@@ -17,6 +19,18 @@ using OJ = nlohmann::ordered_json;  // properties keep their declared order
 
 [[noreturn]] void fail(const std::string& at, const std::string& what) {
     throw Error("json schema" + (at.empty() ? std::string() : " at " + at) + ": " + what);
+}
+
+// The exact decimal value of a finite double, without exponent or trailing zeros
+// ("0.1000000000000000055511151231257827021181583404541015625"): a double's fraction has at
+// most 1074 digits, which printf writes exactly.
+std::string exact_decimal(double x) {
+    std::vector<char> buf(1600);
+    std::snprintf(buf.data(), buf.size(), "%.1100f", x);
+    std::string d = buf.data();
+    d.erase(d.find_last_not_of('0') + 1);
+    if (d.back() == '.') d.pop_back();
+    return d == "-0" ? "0" : d;
 }
 
 // A string as it appears between the quotes of its JSON text.
@@ -162,26 +176,36 @@ public:
         if (s.contains("minLength")) n.min_length = bound(s["minLength"], at, "minLength");
         if (s.contains("maxLength")) n.max_length = bound(s["maxLength"], at, "maxLength");
         if (n.min_length > n.max_length) fail(at, "minLength exceeds maxLength");
+        double real_lo = -HUGE_VAL, real_hi = HUGE_VAL;
         for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
             if (!s.contains(k)) continue;
             const std::string here = at + "/" + k;
             const OJ& v = s[k];
             if (!v.is_number()) fail(here, "must be a number");
             if (!typed) n.types = JsonSchema::kInteger;
-            if (n.types & JsonSchema::kNumber & ~JsonSchema::kInteger)
-                fail(here, "bounds are supported on integers only (\"type\": \"integer\")");
             const double x = v.get<double>();
+            if (!std::isfinite(x)) fail(here, "must be finite");
             const std::string key = k;
             const bool low = key == "minimum" || key == "exclusiveMinimum";
             const bool exclusive = key.rfind("exclusive", 0) == 0;
-            // The nearest integer inside the bound.
+            // Numbers: the tighter bound, an exclusive one where both are the same number.
+            if (low && (x > real_lo || (x == real_lo && exclusive))) real_lo = x, n.lo_open = exclusive;
+            if (!low && (x < real_hi || (x == real_hi && exclusive))) real_hi = x, n.hi_open = exclusive;
+            // Integers: the nearest integer inside the bound.
             double b = low ? (exclusive ? std::floor(x) + 1 : std::ceil(x)) : (exclusive ? std::ceil(x) - 1 : std::floor(x));
             b = std::clamp(b, -static_cast<double>(JsonSchema::kMaxBound), static_cast<double>(JsonSchema::kMaxBound));
             auto& bound = low ? n.min_value : n.max_value;
             bound = low ? std::max(bound, static_cast<int64_t>(b)) : std::min(bound, static_cast<int64_t>(b));
             n.bounded = true;
         }
-        if (n.min_value > n.max_value) fail(at, "no integer lies within the bounds");
+        if (n.bounded && (n.types & JsonSchema::kNumber)) {
+            if (real_lo > real_hi || (real_lo == real_hi && (n.lo_open || n.hi_open))) fail(at, "no number lies within the bounds");
+            n.real_bounded = true;
+            if (real_lo > -HUGE_VAL) n.real_lo = exact_decimal(real_lo);
+            if (real_hi < HUGE_VAL) n.real_hi = exact_decimal(real_hi);
+        } else if (n.min_value > n.max_value) {
+            fail(at, "no integer lies within the bounds");
+        }
         if (s.contains("items")) n.items = add(s["items"], at + "/items");
         if (n.props) {
             const OJ& props = s["properties"];

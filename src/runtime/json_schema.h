@@ -7,9 +7,9 @@
 //   text); object: properties (written in their declared order, each optional one may be left
 //   out), required, additionalProperties false (the default when properties are given; true or a
 //   schema only without properties); array: items, minItems, maxItems; string: minLength,
-//   maxLength (characters; an escape counts as one); integer: minimum, maximum,
-//   exclusiveMinimum, exclusiveMaximum (numbers that may have a fraction are refused with
-//   bounds); $ref to the document itself ("#", "#/$defs/
+//   maxLength (characters; an escape counts as one); integer and number: minimum, maximum,
+//   exclusiveMinimum, exclusiveMaximum (a bounded number is written without an exponent and
+//   compared exactly with the bound's double); $ref to the document itself ("#", "#/$defs/
 //   Name", any JSON pointer: recursive schemas included); anyOf / oneOf whose branches allow
 //   disjoint types (Optional[X] = X or null; the first byte of a value picks the branch); allOf
 //   of one schema.
@@ -56,6 +56,11 @@ public:
         // Integers: minimum / maximum (exclusive ones made inclusive), within +-kMaxBound.
         int64_t min_value = -kMaxBound, max_value = kMaxBound;
         bool bounded = false;
+        // Numbers (type number): the bounds as exact decimals of their doubles ("-12.5"; empty:
+        // none), each inclusive or exclusive.
+        std::string real_lo, real_hi;
+        bool lo_open = false, hi_open = false;
+        bool real_bounded = false;
         // enum / const: values of the types in choice_types must be one of these texts.
         std::vector<std::string> choices;
         uint8_t choice_types = 0;

@@ -314,7 +314,8 @@ TEST_P(Generate, JsonSchemaModeFollowsTheSchema) {
     const auto prompt = dfm::chat_prompt(*model(GetParam()), std::vector<dfm::ChatMessage>{{"user", "Pick a colour.", ""}},
                                          dfm::Thinking::off);
     const std::string schema_text = R"({"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]},
-        "sure": {"type": "boolean"}, "n": {"type": "integer"}}, "required": ["colour", "sure"], "additionalProperties": false})";
+        "sure": {"type": "boolean"}, "score": {"type": "number", "minimum": 0.25, "exclusiveMaximum": 0.75},
+        "n": {"type": "integer"}}, "required": ["colour", "sure", "score"], "additionalProperties": false})";
     const dfm::JsonSchema schema = dfm::JsonSchema::compile(schema_text);
     for (const GenerateOptions& base : {GenerateOptions{}, sampled(9, 0), sampled(10, 0)}) {
         GenerateOptions o = base;
@@ -331,6 +332,9 @@ TEST_P(Generate, JsonSchemaModeFollowsTheSchema) {
             const auto doc = nlohmann::json::parse(r.text);
             EXPECT_TRUE(doc["colour"] == "red" || doc["colour"] == "green" || doc["colour"] == "blue");
             EXPECT_TRUE(doc["sure"].is_boolean());
+            ASSERT_TRUE(doc["score"].is_number());
+            EXPECT_GE(doc["score"].get<double>(), 0.25);
+            EXPECT_LT(doc["score"].get<double>(), 0.75);
         }
     }
     // A pydantic-style schema: a $ref'd model, an Optional field, an enum of numbers.
