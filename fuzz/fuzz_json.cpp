@@ -55,6 +55,8 @@ void write_seeds(const char* dir) {
         R"({"type": "object", "properties": {"s": {"oneOf": [{"type": "string", "minLength": 2}, {"type": "integer"}]}, "t": {"allOf": [{"const": "z"}]}}})"
         "\n{\"s\": -17, \"t\": \"z\"}",
         "{}\n{\"x\": [true, false, null, {\"y\": \"\\\"\"}]}",
+        R"({"type": "object", "properties": {"p": {"type": "number", "minimum": -0.5, "exclusiveMaximum": 2.25}, "q": {"type": ["number", "null"], "maximum": -1e-3}}})"
+        "\n{\"p\": 2.2499, \"q\": -0.0015}",
     };
     int i = 0;
     for (const char* s : seeds) std::ofstream(std::string(dir) + "/seed" + std::to_string(i++)) << s;
