@@ -262,7 +262,15 @@ void parse_common(const Json& body, Request& r, const diskformer::GenerateOption
         if (n < 1 || n > kMaxChoices) bad("n must be between 1 and " + std::to_string(kMaxChoices) + ", got " + std::to_string(n), "n");
         r.n = static_cast<int>(n);
     }
-    if (const Json* v = field(body, "best_of")) refuse_unless(integer(*v, "best_of") == 1, "best_of", "not supported");
+    r.best_of = r.n;
+    if (const Json* v = field(body, "best_of")) {
+        const int64_t b = integer(*v, "best_of");
+        if (b < r.n || b > kMaxChoices)
+            bad("best_of must be between n (" + std::to_string(r.n) + ") and " + std::to_string(kMaxChoices) + ", got " + std::to_string(b),
+                "best_of");
+        if (b > r.n && r.stream) bad("best_of cannot be used with stream", "best_of");
+        r.best_of = static_cast<int>(b);
+    }
     if (const Json* v = field(body, "logit_bias")) {
         if (!v->is_object()) bad(std::string("logit_bias must be an object of token ids to biases, got ") + kind_of(*v), "logit_bias");
         for (auto it = v->begin(); it != v->end(); ++it) {

@@ -41,14 +41,17 @@ struct Request {
     // chat template's tojson prints it; the answer's <tool_call> blocks become tool_calls.
     std::vector<std::string> tools;
     int n = 1;  // choices: each its own generation (a sampled one with seed + its index)
+    // Candidates generated (seed + index) of which the n with the highest log-probability per
+    // token are returned, best first; n: no choosing. Not streamed.
+    int best_of = 1;
 };
 
 // A body that is not a JSON object is an ApiError (400).
 Json parse_body(std::string_view text);
 
 // Fields a request leaves out take `defaults` (the server's sampling options); a sampled request
-// without a seed gets a fresh one. Unsupported features that would change the answer (best_of,
-// schema keywords JSON mode cannot enforce) are refused rather than ignored. A
+// without a seed gets a fresh one. Unsupported features that would change the answer (schema
+// keywords JSON mode cannot enforce) are refused rather than ignored. A
 // tool_choice of "required" or a named function forces the call through JSON mode
 // (json_before / json_after). Log-probabilities (chat: logprobs +
 // top_logprobs, completions: logprobs) set gen.logprobs, up to 20 alternatives;

@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -233,6 +234,23 @@ struct Server::Impl {
         }
     };
 
+    // Of `all` candidates, the n with the highest mean log-probability of their tokens, best first
+    // (ties: the lower index); all of them in order when there is no choosing.
+    static std::vector<int> best_choices(const std::vector<GenerateResult>& all, int n) {
+        std::vector<int> order(all.size());
+        for (size_t i = 0; i < all.size(); ++i) order[i] = static_cast<int>(i);
+        if (static_cast<int>(all.size()) == n) return order;
+        std::vector<double> score(all.size());
+        for (size_t i = 0; i < all.size(); ++i) {
+            double sum = 0;
+            for (const auto& t : all[i].logprobs) sum += t.chosen.logprob;
+            score[i] = all[i].logprobs.empty() ? -HUGE_VAL : sum / static_cast<double>(all[i].logprobs.size());
+        }
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
+        order.resize(static_cast<size_t>(n));
+        return order;
+    }
+
     // Slots a request holds, released (and its abort flag forgotten) when this goes.
     struct Held {
         Impl* s = nullptr;
@@ -341,13 +359,14 @@ struct Server::Impl {
         return run_on(*h.slots[0], r, prompt, abort, on_piece);
     }
 
-    // The n choices of a request that is not streamed, at once on as many free slots as there
-    // are (each choice's steps then share passes): the prompt is evaluated on the first slot and
-    // copied to the others, and slot k runs choices k, k + slots, ... Choice i draws with seed + i
-    // either way, so the answers are those of the choices one after another.
+    // The choices of a request that is not streamed (lps.size() of them: n, or best_of
+    // candidates), at once on as many free slots as there are (each choice's steps then share
+    // passes): the prompt is evaluated on the first slot and copied to the others, and slot k
+    // runs choices k, k + slots, ... Choice i draws with seed + i either way, so the answers are
+    // those of the choices one after another.
     std::vector<GenerateResult> generate_choices(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
                                                  std::vector<Logprobs>& lps) {
-        const int n = r.n;
+        const int n = static_cast<int>(lps.size());
         std::vector<GenerateResult> results(static_cast<size_t>(n));
         Held h;
         acquire(h, prompt, abort, n - 1);
@@ -436,15 +455,28 @@ struct Server::Impl {
             const Meta m = meta(*r);
             if (!r->stream) {
                 std::atomic<bool> abort{false};
-                std::vector<Logprobs> lps(static_cast<size_t>(r->n), Logprobs{*r, *this, {}});
-                const std::vector<GenerateResult> results = generate_choices(*r, *prompt, abort, lps);
+                // best_of: every candidate scored by its tokens' log-probabilities (computed for
+                // the choosing; returned only when the request asks for them).
+                Request cand = *r;
+                if (r->best_of > r->n) cand.gen.logprobs = std::max(cand.gen.logprobs, 0);
+                std::vector<Logprobs> lps(static_cast<size_t>(r->best_of), Logprobs{*r, *this, {}});
+                std::vector<GenerateResult> all = generate_choices(cand, *prompt, abort, lps);
                 if (stopping) {
                     ++aborted;
                     throw ApiError(503, "the server is shutting down");
                 }
+                const diskformer::GenerateStats spent = combined_stats(all);  // usage counts every candidate
+                const std::vector<int> pick = best_choices(all, r->n);
+                std::vector<GenerateResult> results;
                 std::vector<Json> logprobs;
-                for (int i = 0; i < r->n; ++i) logprobs.push_back(lps[i].on() ? lps[i].finish(results[i]) : Json(nullptr));
-                send_json(res, 200, response_json(*r, m, results, logprobs));
+                for (int i : pick) {
+                    logprobs.push_back(lps[i].on() ? lps[i].finish(all[i]) : Json(nullptr));
+                    results.push_back(std::move(all[i]));
+                    if (!lps[i].on()) results.back().logprobs.clear();
+                }
+                Json out = response_json(*r, m, results, logprobs);
+                out["usage"] = usage_json(spent);
+                send_json(res, 200, out);
                 ++served;
                 log(summary(*r, results));
                 return;

@@ -764,6 +764,50 @@ TEST(Server, AFullQueueRefusesAtOnce) {
     s.reset();
 }
 
+TEST(Server, BestOfReturnsTheCandidatesWithTheHighestLogprobPerToken) {
+    // best_of 4, n 2 on two slots: the candidates are the seeded generations seed .. seed + 3, and
+    // the two with the highest mean log-probability come back, best first.
+    const char* name = "q3_4L_kmix";
+    Running s(name, options(2));
+    const std::string prompt = "<|im_start|>user\nTell me a word.<|im_end|>\n<|im_start|>assistant\n";
+    const Json body = {{"prompt", prompt}, {"max_tokens", 10}, {"temperature", 1.0}, {"top_k", 0}, {"seed", 7}, {"n", 2}, {"best_of", 4}};
+    const Reply r = post(s, "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    ASSERT_EQ(r.body["choices"].size(), 2u);
+    const auto ids = model(name)->tokenize(prompt, true);
+    std::vector<std::pair<double, std::string>> cands;
+    int64_t tokens = 0;
+    for (int i = 0; i < 4; ++i) {
+        diskformer::Session lib(model(name), {.ctx = 512});
+        diskformer::GenerateOptions o;
+        o.max_tokens = 10;
+        o.temperature = 1.0f;
+        o.top_k = 0;
+        o.seed = 7 + i;
+        o.logprobs = 0;
+        const auto g = diskformer::generate(lib, ids, o);
+        double sum = 0;
+        for (const auto& t : g.logprobs) sum += t.chosen.logprob;
+        cands.emplace_back(sum / g.logprobs.size(), g.text);
+        tokens += static_cast<int64_t>(g.tokens.size());
+    }
+    std::stable_sort(cands.begin(), cands.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    EXPECT_EQ(r.body["choices"][0]["text"], cands[0].second);
+    EXPECT_EQ(r.body["choices"][1]["text"], cands[1].second);
+    EXPECT_EQ(r.body["choices"][0]["index"], 0);
+    EXPECT_TRUE(r.body["choices"][0]["logprobs"].is_null()) << "not asked for";
+    EXPECT_EQ(r.body["usage"]["completion_tokens"], tokens) << "every candidate counts";
+    // Refused: fewer candidates than choices, and candidates in a stream.
+    Json fewer = body;
+    fewer["best_of"] = 1;
+    EXPECT_EQ(post(s, "/v1/completions", fewer).status, 400);
+    Json streamed = body;
+    streamed["stream"] = true;
+    const Reply st = post(s, "/v1/completions", streamed);
+    EXPECT_EQ(st.status, 400);
+    EXPECT_EQ(st.body["error"]["param"], "best_of");
+}
+
 TEST(Server, MetricsCountWhatRequestsDid) {
     Running s("q3_4L_kmix", options(2));
     const Reply a = post(s, "/v1/chat/completions", chat_body({{"user", "Name a fish."}}, 10));
