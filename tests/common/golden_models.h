@@ -11,7 +11,7 @@
 
 namespace df::test {
 
-inline std::shared_ptr<diskformer::Model> golden_model(const std::string& name) {
+inline std::shared_ptr<diskformer::Model> cpu_golden_model(const std::string& name) {
     static std::map<std::string, std::shared_ptr<diskformer::Model>> loaded;
     auto& m = loaded[name];
     if (!m)

@@ -19,7 +19,7 @@ namespace {
 namespace dfm = diskformer;
 using dfm::GenerateOptions;
 
-std::shared_ptr<dfm::Model> model(const std::string& name) { return df::test::golden_model(name); }
+std::shared_ptr<dfm::Model> model(const std::string& name) { return df::test::cpu_golden_model(name); }
 
 const char* const kTexts[] = {
     "The quick brown fox jumps over",

@@ -13,7 +13,7 @@ namespace {
 
 namespace dfm = diskformer;
 
-std::shared_ptr<dfm::Model> model(const std::string& name) { return df::test::golden_model(name); }
+std::shared_ptr<dfm::Model> model(const std::string& name) { return df::test::cpu_golden_model(name); }
 
 const std::string kSystem =
     "You are a careful assistant. Answer in one short sentence, name your sources, and never invent a number. "
