@@ -302,18 +302,25 @@ int Session::borrow(const Session& donor, std::span<const int32_t> prompt) {
     const Impl::Resume r = I.borrow_plan(D, prompt);
     if (r.n == 0) return 0;
     Engine::Lock hold(*I.engine);
-    I.m->copy_kv_rows(*D.st, *I.st, static_cast<int>(r.n));
-    if (I.m->config().n_recurrent() > 0) {
-        if (r.cp >= 0)
-            I.m->load_recurrent(*I.st, D.checkpoints[static_cast<size_t>(r.cp)].buf);
-        else
-            I.m->copy_recurrent(*D.st, *I.st);
-    }
-    I.be->synchronize();  // the donor may be used by another thread once this returns
-    I.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(r.n));
+    // Forget the old cache first: a copy that fails half way leaves an empty one, not a stale one.
+    I.tokens.clear();
     I.logits_valid = false;
     I.fed_pos = -1;
     for (auto& cp : I.checkpoints) cp.valid = false;  // they were of the old cache
+    try {
+        I.m->copy_kv_rows(*D.st, *I.st, static_cast<int>(r.n));
+        if (I.m->config().n_recurrent() > 0) {
+            if (r.cp >= 0)
+                I.m->load_recurrent(*I.st, D.checkpoints[static_cast<size_t>(r.cp)].buf);
+            else
+                I.m->copy_recurrent(*D.st, *I.st);
+        }
+        I.be->synchronize();  // the donor may be used by another thread once this returns
+    } catch (...) {
+        I.m->reset_state(*I.st);  // an empty cache starts from a zero recurrent state
+        throw;
+    }
+    I.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(r.n));
     return static_cast<int>(r.n);
 }
 
