@@ -142,6 +142,10 @@ int run(BatchArgs& a) {
                     diskformer::GenerateOptions o = base;
                     o.seed = base.seed + i;  // sampled answers differ by line, and repeat with --seed
                     o.abort = &interrupt_flag();
+                    // Each line from an empty cache: which lines ran before on this session
+                    // depends on --parallel and timing, and a reused prefix may round its last
+                    // rows differently (a short pass takes the matvec path, DESIGN.md numerics).
+                    s.reset();
                     const auto r = diskformer::generate(s, items[i].prompt, o);
                     if (r.stop == diskformer::StopReason::aborted) return;  // Ctrl-C: this line is not written
                     j["text"] = r.text;
