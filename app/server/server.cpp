@@ -171,11 +171,17 @@ struct Server::Impl {
         for (auto& s : slots)
             if (!s.busy)
                 if (const size_t n = static_cast<size_t>(s.session->reusable(prompt)); !best || n > best_n) best = &s, best_n = n;
-        if (2 * best_n < prompt.size() || best_n <= own_from)
-            for (auto& s : slots)
-                if (!s.busy && s.used < best->used) best = &s;
+        if (2 * best_n < prompt.size() || best_n <= own_from) best = least_recent_free();
         best->used = ++uses;
         return *best;
+    }
+
+    // The free slot used longest ago (an empty one first), or null. Under slots_mu.
+    Slot* least_recent_free() {
+        Slot* lru = nullptr;
+        for (auto& x : slots)
+            if (!x.busy && (!lru || x.used < lru->used)) lru = &x;
+        return lru;
     }
 
     // Where a chat prompt's first user message begins, after a leading system turn and the next
@@ -286,9 +292,7 @@ struct Server::Impl {
         first->busy = true;
         h.slots.push_back(first);
         for (; more > 0; --more) {
-            Slot* lru = nullptr;
-            for (auto& x : slots)
-                if (!x.busy && (!lru || x.used < lru->used)) lru = &x;
+            Slot* lru = least_recent_free();
             if (!lru) break;
             lru->busy = true;
             lru->used = ++uses;

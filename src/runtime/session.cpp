@@ -31,21 +31,9 @@ Session::Impl::Resume Session::Impl::resume(std::span<const int32_t> prompt) con
 }
 
 Session::Impl::Resume Session::Impl::borrow_plan(const Impl& donor, std::span<const int32_t> prompt) const {
-    Resume r;
-    if (&donor == this || donor.m != m || donor.st->kv_type != st->kv_type || prompt.size() < 2) return r;
-    size_t p = 0;
-    while (p < donor.tokens.size() && p < prompt.size() && donor.tokens[p] == prompt[p]) ++p;
-    p = std::min(p, prompt.size() - 1);  // a token left to evaluate, for fresh logits
-    if (m->config().n_recurrent() == 0) {
-        r.n = p;
-    } else {
-        // A recurrent state exists only where the donor is, or where it kept a checkpoint.
-        if (p == donor.tokens.size()) r.n = p;
-        for (size_t i = 0; i < donor.checkpoints.size(); ++i) {
-            const auto& cp = donor.checkpoints[i];
-            if (cp.valid && cp.n <= p && cp.n > r.n) r = {cp.n, static_cast<int>(i)};
-        }
-    }
+    if (&donor == this || donor.m != m || donor.st->kv_type != st->kv_type || prompt.empty()) return {};
+    // What the donor would resume from for this prompt is what it can lend.
+    const Resume r = donor.resume(prompt);
     const size_t own = holds(prompt) ? prompt.size() : resume(prompt).n;
     if (r.n <= own || r.n > static_cast<size_t>(st->ctx)) return {};
     return r;

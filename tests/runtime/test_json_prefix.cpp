@@ -26,6 +26,14 @@ size_t accepted(const std::string& s, const JsonSchema* schema = nullptr) {
     return s.size();
 }
 
+// c with a '|' where the schema refuses the next byte: accepted up to there.
+void expect_refused_at_bar(const std::string& c, const JsonSchema& schema) {
+    const size_t at = c.find('|');
+    std::string text = c;
+    text.erase(at, 1);
+    EXPECT_EQ(accepted(text, &schema), at) << c;
+}
+
 TEST(JsonPrefix, ValidDocumentsInAnySplitEndComplete) {
     const std::vector<std::string> docs = {
         "{}",
@@ -226,10 +234,7 @@ TEST(JsonSchema, RefsBranchesEnumsOfAnyValueAndLengths) {
         R"({"color": "red", "level": 1, )" + tree + R"("maybe": 1, "nested": "red", "opt": "ab|c")",
     };
     for (const auto& c : invalid) {
-        const size_t at = c.find('|');
-        std::string text = c;
-        text.erase(at, 1);
-        EXPECT_EQ(accepted(text, &schema), at) << c;
+        expect_refused_at_bar(c, schema);
     }
     // A recursive array schema through "#" (the whole document).
     const JsonSchema list = JsonSchema::compile(R"({"type": "object", "properties": {"v": {"type": "integer"},
@@ -259,10 +264,7 @@ TEST(JsonSchema, IntegerBoundsRefuseTheFirstDigitThatCannotMeetThem) {
                                 R"({"age": 18|e1)", R"({"age": 18, "delta": -|5)", R"({"age": 18, "delta": |5)", R"({"age": 18, "delta": 4|0)",
                                 pre + R"("big": 999|,)", pre + R"("big": |-1)", pre + R"("big": 123456789012345678|9)",
                                 pre + R"("big": 1000, "neg": |1)", pre + R"("big": 1000, "neg": -|3)", pre + R"("big": 1000, "neg": -2|0)"}) {
-        const size_t at = c.find('|');
-        std::string text = c;
-        text.erase(at, 1);
-        EXPECT_EQ(accepted(text, &schema), at) << c;
+        expect_refused_at_bar(c, schema);
     }
     for (const char* bad : {R"({"type": "object", "properties": {"x": {"type": "integer", "minimum": 3, "maximum": 2}}})",
                             R"({"type": "object", "properties": {"x": {"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}}})",
@@ -301,10 +303,7 @@ TEST(JsonSchema, NumberBoundsRefuseTheFirstByteThatCannotMeetThem) {
              pre + R"("big": 100, "neg": |0)", pre + R"("big": 100, "neg": -0.00|09)", pre + R"("big": 100, "neg": |1)",
              pre + R"("big": 100, "neg": -0.001, "tenth": 0.1000000000000000|1)", pre + R"("big": 100, "neg": -0.001, "tenth": |1)",
              pre + R"("big": 100, "neg": -0.001, "tenth": 0.|0)", pre + R"("big": 100, "neg": -0.001, "tenth": 0.1000000000000000055|6)"}) {
-        const size_t at = c.find('|');
-        std::string text = c;
-        text.erase(at, 1);
-        EXPECT_EQ(accepted(text, &schema), at) << c;
+        expect_refused_at_bar(c, schema);
     }
     // "tenth" lies within 0.1 and 0.1 as doubles (0.1000000000000000055511...): the decimal 0.1
     // rounds to it, 0.10000000000000001 would too but lies above it (refused: the check is exact).
