@@ -78,6 +78,8 @@ void run_pull(const PullArgs& a) {
         std::fprintf(stderr, "%s is already here\n", r.path.c_str());
     else if (r.resumed_from)
         std::fprintf(stderr, "resumed from byte %llu\n", static_cast<unsigned long long>(r.resumed_from));
+    if (r.sha256_from_server) std::fprintf(stderr, "sha256 matches the digest the server gave\n");
+    else if (!r.sha256_checked && !r.already_present) std::fprintf(stderr, "sha256 not checked (none given, none from the server): pin it with --sha256\n");
     std::printf("%s  %llu bytes  sha256 %s\n", r.path.c_str(), static_cast<unsigned long long>(r.bytes), r.sha256.c_str());
 }
 

@@ -5,7 +5,8 @@
 // A file appears at its path only complete and checked: bytes arrive in `<path>.part`, an
 // interrupted transfer resumes from there (HTTP Range) on the next attempt or the next call, and
 // the part is renamed into place once its size (the expected one, else the server's) and, when
-// given, its sha256 match. A wrong size or digest removes the part and throws Error; an HTTP
+// given, its sha256 match. With no sha256 given, a digest the server names for the file (the
+// Hugging Face hub's X-Linked-Etag on LFS files) is checked instead. A wrong size or digest removes the part and throws Error; an HTTP
 // error throws too (a part that holds bytes is kept: it is still good for a later resume).
 #pragma once
 
@@ -39,6 +40,8 @@ struct FetchResult {
     std::string sha256;           // of the file, lower-case hex
     uint64_t resumed_from = 0;    // bytes already in the part when the first transfer started
     bool already_present = false; // the file was there and met the expectations: nothing fetched
+    bool sha256_checked = false;  // compared with an expected digest (the caller's or the server's)
+    bool sha256_from_server = false; // that digest came from the server (Hugging Face's X-Linked-Etag)
 };
 
 FetchResult fetch(const std::string& url, const std::string& path, const Expect& expect = {},

@@ -75,7 +75,7 @@ public:
     // band (Backend::graph_variant), in order. lane_graph says under which backend graph key the
     // pass with this signature is recorded, or 0 when it should run unrecorded: the first time a
     // set of lanes comes together (a set that changes every step would pay a recording per
-    // pass), and always unless DF_BATCH_GRAPHS=1 (default off until measured on a GPU). At most
+    // pass), and always when DF_BATCH_GRAPHS=0 (recorded by default: measured faster). At most
     // kLaneGraphs are kept (least recently used dropped). Both with the backend held.
     struct LaneSig {
         const void* state;

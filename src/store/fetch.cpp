@@ -55,6 +55,8 @@ struct Transfer {
     bool length_seen = false;
     bool body_started = false;
     bool aborted = false;      // by on_progress
+    std::string linked_sha;    // a Hugging Face LFS file's sha256 (X-Linked-Etag), lower-case hex
+    uint64_t linked_size = 0;  // and its size (X-Linked-Size)
     uint64_t expect_total = 0; // the caller's size, 0 if none: another size stops the transfer at once
     bool wrong_size = false;
     bool wrong_range = false;  // a 206 that does not start where the part ends
@@ -70,9 +72,28 @@ bool starts_with_ci(const std::string& s, const char* prefix) {
     return true;
 }
 
+// 64 hex digits, lower-cased, or "" (a header value with quotes and spaces around it).
+std::string sha256_in(const std::string& value) {
+    std::string h;
+    for (char c : value)
+        if (std::isxdigit(static_cast<unsigned char>(c))) h += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        else if (c != '"' && c != ' ' && c != '\t' && c != '\r' && c != '\n') return "";
+    return h.size() == 64 ? h : "";
+}
+
 size_t on_header(char* data, size_t size, size_t n, void* user) {
     auto& t = *static_cast<Transfer*>(user);
     const std::string line(data, size * n);
+    // The hub answers a resolve URL with a redirect that names the LFS object's digest and size
+    // (the CDN's own ETag is not a sha256): kept from whichever response of the chain has them.
+    if (starts_with_ci(line, "x-linked-etag:")) {
+        if (std::string h = sha256_in(line.substr(14)); !h.empty()) t.linked_sha = h;
+        return size * n;
+    }
+    if (starts_with_ci(line, "x-linked-size:")) {
+        t.linked_size = std::strtoull(line.c_str() + 14, nullptr, 10);
+        return size * n;
+    }
     if (line.rfind("HTTP/", 0) == 0) {
         const size_t sp = line.find(' ');
         t.status = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, nullptr, 10);
@@ -138,8 +159,13 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 enum class Outcome { complete, retry, restart };
 
 // One request for the rest of the part; throws on errors a retry cannot mend.
+// `linked` receives the server's digest and size of the file when it names them.
+struct Linked {
+    std::string sha;
+    uint64_t size = 0;
+};
 Outcome transfer(const std::string& url, const fs::path& part, const FetchOptions& options, uint64_t expect_total,
-                 uint64_t& total, std::string& last_error) {
+                 uint64_t& total, std::string& last_error, Linked& linked) {
     std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(part.c_str(), "ab"), std::fclose);
     if (!out) throw Error("cannot write " + part.string() + ": " + std::strerror(errno));
     Transfer t;
@@ -181,6 +207,8 @@ Outcome transfer(const std::string& url, const fs::path& part, const FetchOption
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     if (std::fflush(out.get()) != 0 && t.write_error.empty()) t.write_error = std::strerror(errno);
     if (t.total) total = t.total;
+    if (!t.linked_sha.empty()) linked.sha = t.linked_sha;
+    if (t.linked_size) linked.size = t.linked_size;
 
     if (t.wrong_size) return Outcome::retry;  // the caller compares the sizes
     if (t.aborted) throw Error("download of " + url + " stopped; " + part.string() + " keeps " + std::to_string(t.have) +
@@ -209,7 +237,7 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
     curl_init_once();
     if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
         throw Error("cannot fetch '" + url + "': only http:// and https:// addresses");
-    const std::string want_sha = expect.sha256.empty() ? "" : lower_hex(expect.sha256);
+    std::string want_sha = expect.sha256.empty() ? "" : lower_hex(expect.sha256);
     const fs::path dest(path), part(path + ".part");
     FetchResult r;
     r.path = path;
@@ -219,6 +247,7 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
             r.sha256 = sha256_file(path);
             if (want_sha.empty() || want_sha == r.sha256) {
                 r.already_present = true;
+                r.sha256_checked = !want_sha.empty();
                 return r;
             }
         }
@@ -230,6 +259,7 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
     std::string last_error;
     bool complete = false;
     int delay_ms = options.retry_delay_ms;
+    Linked linked;
     const int attempts = std::max(1, options.attempts);
     for (int attempt = 0; attempt < attempts && !complete; ++attempt) {
         if (attempt > 0) {
@@ -242,11 +272,12 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
             complete = true;
             break;
         }
-        const Outcome o = transfer(url, part, options, expect.size.value_or(0), total, last_error);
+        const Outcome o = transfer(url, part, options, expect.size.value_or(0), total, last_error, linked);
         if (expect.size && total != *expect.size) {  // another file than the one asked for
             fs::remove(part);
             throw Error("the server has " + std::to_string(total) + " bytes at " + url + ", expected " + std::to_string(*expect.size));
         }
+        if (!total && linked.size) total = linked.size;
         if (o == Outcome::complete) complete = true;
         if (o == Outcome::restart) fs::remove(part);
     }
@@ -262,6 +293,10 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
                     "; the partial file was removed");
     }
     r.sha256 = sha256_file(part.string());
+    const bool from_server = want_sha.empty() && !linked.sha.empty();
+    if (from_server) want_sha = linked.sha;  // no digest given: the server's own is the expectation
+    r.sha256_checked = !want_sha.empty();
+    r.sha256_from_server = from_server;
     if (!want_sha.empty() && r.sha256 != want_sha) {
         fs::remove(part);
         if (r.resumed_from > 0) {  // the bytes kept from before may be another version's: once more from zero
@@ -269,7 +304,8 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
             again.resumed_from = 0;
             return again;
         }
-        throw Error("sha256 of " + url + " is " + r.sha256 + ", expected " + want_sha + "; the file was removed");
+        throw Error("sha256 of " + url + " is " + r.sha256 + ", expected " + want_sha +
+                    (from_server ? " (the digest the server gave)" : "") + "; the file was removed");
     }
     {  // on disk before it takes the final name
         const int fd = ::open(part.c_str(), O_RDONLY);

@@ -457,8 +457,8 @@ TEST(CudaModel, ArgmaxFeedsTheNextDecodeStep) {
 
 // Continuous batching on the GPU: sessions at different positions stepping together in passes
 // of 2 .. 8 lanes (Model::forward_lanes) get the bits of lone steps (graph replays), with the
-// batched passes unrecorded and recorded as graphs (DF_BATCH_GRAPHS=1: a set of lanes that steps
-// together again replays its pass); and generations from several threads at once keep each
+// batched passes unrecorded (DF_BATCH_GRAPHS=0) and recorded as graphs (the default: a set of
+// lanes that steps together again replays its pass); and generations from several threads at once keep each
 // one's answer.
 TEST(CudaModel, BatchedStepsEqualLoneSteps) {
     DF_REQUIRE_CUDA();
@@ -470,9 +470,9 @@ TEST(CudaModel, BatchedStepsEqualLoneSteps) {
     };
     for (const bool graphs : {false, true}) {
         if (graphs)
-            setenv("DF_BATCH_GRAPHS", "1", 1);
-        else
             unsetenv("DF_BATCH_GRAPHS");
+        else
+            setenv("DF_BATCH_GRAPHS", "0", 1);
         for (const fs::path& path : golden_models()) {
             SCOPED_TRACE(path.stem().string() + (graphs ? " (batched passes as graphs)" : ""));
             diskformer::ModelOptions mo;

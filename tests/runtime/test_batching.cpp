@@ -195,14 +195,13 @@ TEST(BatchingGraphs, RecordedOnlyForASetThatComesTogetherAgainAndDroppedWithItsS
     using Sig = std::vector<dfm::Engine::LaneSig>;
     const Sig ab{{&a, 0}, {&b, 0}}, abc{{&a, 0}, {&b, 0}, {&c, 0}}, ab_long{{&a, 0}, {&b, 1}};
     {
-        unsetenv("DF_BATCH_GRAPHS");
+        setenv("DF_BATCH_GRAPHS", "0", 1);
         dfm::Engine off(*be);
+        unsetenv("DF_BATCH_GRAPHS");
         EXPECT_EQ(off.lane_graph(ab), 0u);
-        EXPECT_EQ(off.lane_graph(ab), 0u) << "off by default";
+        EXPECT_EQ(off.lane_graph(ab), 0u) << "DF_BATCH_GRAPHS=0: never recorded";
     }
-    setenv("DF_BATCH_GRAPHS", "1", 1);
-    dfm::Engine e(*be);
-    unsetenv("DF_BATCH_GRAPHS");
+    dfm::Engine e(*be);  // recorded by default
     EXPECT_EQ(e.lane_graph(ab), 0u) << "first time together: not recorded";
     const uint64_t k = e.lane_graph(ab);
     EXPECT_EQ(k >> 56, 0xFEu) << "above every session's own keys";

@@ -185,6 +185,52 @@ TEST_F(Fetch, AWrongSha256RemovesTheFile) {
     EXPECT_FALSE(fs::exists(part()));
 }
 
+// The hub's resolve URL: a redirect naming the LFS object's digest and size, then the bytes.
+HttpReply hub(const HttpRequest& r, const std::string& blob, const std::string& sha) {
+    if (r.path != "/resolve/m.gguf") return df::test::serve_range(r, blob);
+    HttpReply rep = reply(302, "");
+    rep.headers = {"Location: /cdn/m.gguf", "X-Linked-Etag: \"" + sha + "\"", "X-Linked-Size: " + std::to_string(blob.size())};
+    return rep;
+}
+
+TEST_F(Fetch, TheServersDigestIsCheckedWhenNoneIsGiven) {
+    MiniHttp http([&](const HttpRequest& r) { return hub(r, blob_, sha_); });
+    const auto r = store::fetch(http.url("/resolve/m.gguf"), dest().string(), {}, quick());
+    EXPECT_EQ(slurp(dest()), blob_);
+    EXPECT_TRUE(r.sha256_checked);
+    EXPECT_TRUE(r.sha256_from_server);
+    ASSERT_EQ(http.requests().size(), 2u);
+    EXPECT_EQ(http.requests()[1].path, "/cdn/m.gguf");
+
+    // A digest the caller gives wins over the server's.
+    fs::remove(dest());
+    const auto mine = store::fetch(http.url("/resolve/m.gguf"), dest().string(), with_sha(sha_), quick());
+    EXPECT_TRUE(mine.sha256_checked);
+    EXPECT_FALSE(mine.sha256_from_server);
+
+    // A server that names no digest: nothing to check against, and the result says so.
+    fs::remove(dest());
+    MiniHttp plain([&](const HttpRequest& q) { return df::test::serve_range(q, blob_); });
+    const auto unchecked = store::fetch(plain.url("/m.gguf"), dest().string(), {}, quick());
+    EXPECT_EQ(slurp(dest()), blob_);
+    EXPECT_FALSE(unchecked.sha256_checked);
+}
+
+TEST_F(Fetch, BytesThatDisagreeWithTheServersDigestAreNotKept) {
+    std::string wrong = sha_;
+    wrong[3] = wrong[3] == 'a' ? 'b' : 'a';
+    MiniHttp http([&](const HttpRequest& r) { return hub(r, blob_, wrong); });
+    try {
+        store::fetch(http.url("/resolve/m.gguf"), dest().string(), {}, quick());
+        FAIL() << "expected a sha256 error";
+    } catch (const diskformer::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the digest the server gave"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(wrong), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dest()));
+    EXPECT_FALSE(fs::exists(part()));
+}
+
 TEST_F(Fetch, ASizeOtherThanExpectedIsRefused) {
     MiniHttp http([&](const HttpRequest& r) { return df::test::serve_range(r, blob_); });
     try {
