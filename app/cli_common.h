@@ -8,6 +8,25 @@
 
 #include "diskformer/diskformer.h"
 #include "diskformer/generate.h"
+#include "diskformer/store.h"
+
+// The store's root (store::Store::default_root()).
+std::string store_root();
+
+// -m and --draft-model take a file or a name in the model store: the option's value becomes the
+// file's path (an unknown name is a parse error naming what the store holds).
+inline CLI::Validator model_file_or_name() {
+    return CLI::Validator(
+        [](std::string& arg) -> std::string {
+            try {
+                arg = diskformer::store::resolve_model(arg, diskformer::store::Store(store_root()));
+                return {};
+            } catch (const diskformer::Error& e) {
+                return e.what();
+            }
+        },
+        "FILE|NAME");
+}
 
 struct ModelArgs {
     std::string path;
@@ -18,7 +37,9 @@ struct ModelArgs {
     std::string kv_type = "f16";
 
     void add_to(CLI::App& cmd, bool with_ctx = true) {
-        cmd.add_option("-m,--model", path, "GGUF model file")->required();
+        cmd.add_option("-m,--model", path, "GGUF model file, or a model's name in the store (diskformer list)")
+            ->required()
+            ->transform(model_file_or_name());
         cmd.add_option("--backend", backend, "cpu, cuda or auto (cuda when a GPU is present)")
             ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         cmd.add_option("-t,--threads", threads, "CPU threads (0: one per core)");
@@ -52,8 +73,8 @@ struct DraftArgs {
     void add_to(CLI::App& cmd) {
         auto* m = cmd.add_option("--draft-model", path,
                                  "a smaller GGUF model with the same tokenizer that guesses the --draft tokens (speculative "
-                                 "decoding, greedy only: e.g. Qwen3-0.6B beside Qwen3-4B)")
-                      ->check(CLI::ExistingFile);
+                                 "decoding, greedy only: e.g. Qwen3-0.6B beside Qwen3-4B); a file or a store name")
+                      ->transform(model_file_or_name());
         cmd.add_option("--dflash", dflash,
                        "a DFlash block drafter directory (config.json + model.safetensors, e.g. z-lab's Qwen3-4B-DFlash-b16) "
                        "that guesses the --draft tokens from a qwen3 target's hidden states")

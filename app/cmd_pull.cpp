@@ -1,6 +1,8 @@
-// diskformer pull: fetch a model file over HTTP(S), resumable and checked (store::fetch).
+// diskformer pull: fetch a model file over HTTP(S), resumable and checked (store::fetch), into
+// the model store (or to a file with -o).
 //
-//   diskformer pull https://host/path/Model-Q8_0.gguf [-o FILE] [--sha256 HEX] [--size BYTES]
+//   diskformer pull https://host/path/Model-Q8_0.gguf [--name NAME | -o FILE] [--sha256 HEX] [--size BYTES]
+//   diskformer pull hf:Qwen/Qwen3-4B-GGUF/Qwen3-4B-Q8_0.gguf      (the hub's resolve URL, main)
 //
 // Progress goes to stderr (a live line on a terminal); Ctrl-C stops and keeps `FILE.part`, so
 // running the same command again resumes. HF_TOKEN, when set, authorizes huggingface.co URLs.
@@ -16,13 +18,14 @@
 #include <memory>
 #include <string>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "diskformer/store.h"
 
 namespace {
 
 struct PullArgs {
-    std::string url, out, sha256;
+    std::string url, out, name, sha256;
     uint64_t size = 0;
     int attempts = 5;
 };
@@ -36,12 +39,38 @@ std::string file_name_of(const std::string& url) {
     const size_t path = bare.find('/', scheme == std::string::npos ? 0 : scheme + 3);
     const std::string name = path == std::string::npos ? "" : bare.substr(bare.rfind('/') + 1);
     if (name.empty() || name == "." || name == "..")
-        throw std::runtime_error("cannot take a file name from '" + url + "': give one with -o");
+        throw std::runtime_error("cannot take a file name from '" + url + "': give one with --name (or -o for a file)");
     return name;
 }
 
-void run_pull(const PullArgs& a) {
-    const std::string out = a.out.empty() ? file_name_of(a.url) : a.out;
+// hf:OWNER/REPO/PATH[@REVISION] -> the hub's resolve URL; anything else as it is.
+std::string expand_url(const std::string& arg) {
+    if (arg.rfind("hf:", 0) != 0) return arg;
+    std::string rest = arg.substr(3), rev = "main";
+    if (const size_t at = rest.rfind('@'); at != std::string::npos) {
+        rev = rest.substr(at + 1);
+        rest.resize(at);
+    }
+    const size_t s1 = rest.find('/'), s2 = s1 == std::string::npos ? s1 : rest.find('/', s1 + 1);
+    if (s2 == std::string::npos || s2 + 1 >= rest.size() || rev.empty() || s1 == 0 || s2 == s1 + 1)
+        throw std::runtime_error("'" + arg + "' is not hf:OWNER/REPO/FILE[@REVISION]");
+    return "https://huggingface.co/" + rest.substr(0, s2) + "/resolve/" + rev + "/" + rest.substr(s2 + 1);
+}
+
+void run_pull(PullArgs a) {
+    a.url = expand_url(a.url);
+    // Into the store unless -o names a file: as NAME, else the URL's file name without .gguf.
+    std::unique_ptr<diskformer::store::Store> into;
+    std::string name;
+    if (a.out.empty()) {
+        into = std::make_unique<diskformer::store::Store>(store_root());
+        name = a.name;
+        if (name.empty()) {
+            name = file_name_of(a.url);
+            if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+        }
+    }
+    const std::string out = into ? into->file_for(name) : a.out;
     diskformer::store::Expect expect;
     if (a.size) expect.size = a.size;
     expect.sha256 = a.sha256;
@@ -80,6 +109,10 @@ void run_pull(const PullArgs& a) {
         std::fprintf(stderr, "resumed from byte %llu\n", static_cast<unsigned long long>(r.resumed_from));
     if (r.sha256_from_server) std::fprintf(stderr, "sha256 matches the digest the server gave\n");
     else if (!r.sha256_checked && !r.already_present) std::fprintf(stderr, "sha256 not checked (none given, none from the server): pin it with --sha256\n");
+    if (into) {
+        into->record(name, r.bytes, r.sha256, a.url);
+        std::fprintf(stderr, "in the store as '%s' (diskformer run -m %s)\n", name.c_str(), name.c_str());
+    }
     std::printf("%s  %llu bytes  sha256 %s\n", r.path.c_str(), static_cast<unsigned long long>(r.bytes), r.sha256.c_str());
 }
 
@@ -87,9 +120,10 @@ void run_pull(const PullArgs& a) {
 
 void register_pull(CLI::App& app) {
     auto a = std::make_shared<PullArgs>();
-    auto* c = app.add_subcommand("pull", "Download a model file (resumes an interrupted download; checks size and sha256)");
-    c->add_option("url", a->url, "http(s) address of the file")->required();
-    c->add_option("-o,--out", a->out, "where to save it (default: the URL's file name, here)");
+    auto* c = app.add_subcommand("pull", "Download a model into the store, or to a file (resumes an interrupted download; checks size and sha256)");
+    c->add_option("url", a->url, "http(s) address of the file, or hf:OWNER/REPO/FILE[@REVISION] on the Hugging Face hub")->required();
+    auto* out = c->add_option("-o,--out", a->out, "save it to this file instead of the store");
+    c->add_option("--name", a->name, "its name in the store (default: the file name without .gguf)")->excludes(out);
     c->add_option("--sha256", a->sha256, "expected sha256 (64 hex digits): a file that differs is removed");
     c->add_option("--size", a->size, "expected size in bytes");
     c->add_option("--attempts", a->attempts, "transfers tried before giving up (each resumes)")->check(CLI::PositiveNumber);

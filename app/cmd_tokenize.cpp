@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -97,7 +98,7 @@ void run_detokenize(const DetokenizeArgs& a) {
 void register_tokenize(CLI::App& app) {
     auto t = std::make_shared<TokenizeArgs>();
     auto* tc = app.add_subcommand("tokenize", "Print the token ids of a text as a JSON array");
-    tc->add_option("-m,--model", t->model, "GGUF model (or vocabulary-only) file")->required();
+    tc->add_option("-m,--model", t->model, "GGUF model (or vocabulary-only) file, or a store name")->required()->transform(model_file_or_name());
     tc->add_flag("--special", t->special,
                  "parse control tokens written in the text (<|im_start|>, …) as single ids");
     tc->add_option("--file", t->file, "tokenize this file's exact bytes instead of TEXT");
@@ -110,7 +111,7 @@ void register_tokenize(CLI::App& app) {
 
     auto d = std::make_shared<DetokenizeArgs>();
     auto* dc = app.add_subcommand("detokenize", "Print the text of token ids");
-    dc->add_option("-m,--model", d->model, "GGUF model (or vocabulary-only) file")->required();
+    dc->add_option("-m,--model", d->model, "GGUF model (or vocabulary-only) file, or a store name")->required()->transform(model_file_or_name());
     dc->add_flag("--skip-special", d->skip_special, "leave out control tokens (<|im_end|>, …)");
     dc->add_option("ids", d->ids, "token ids: '9707 1879', '9707,1879' or '[9707, 1879]'")
         ->required();

@@ -15,3 +15,4 @@ void register_chat(CLI::App& app);
 void register_pull(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_batch(CLI::App& app);
+void register_store(CLI::App& app);  // list, import, rm

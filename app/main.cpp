@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     register_pull(app);
     register_serve(app);
     register_batch(app);
+    register_store(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

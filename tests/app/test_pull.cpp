@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/mini_http.h"
 #include "common/run_cli.h"
@@ -57,11 +58,77 @@ TEST(Pull, SavesTheFileAndPrintsItsDigest) {
     fs::remove_all(dir);
 }
 
+// Without -o a pull lands in the model store (DISKFORMER_HOME) under the file's name, and every
+// command's -m finds it by that name; import / list / rm manage the store.
+TEST(Pull, IntoTheStoreWhereRunFindsItByName) {
+    const fs::path dir = fs::temp_directory_path() / ("df_pull_store_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    ::setenv("DISKFORMER_HOME", (dir / "home").c_str(), 1);
+    const fs::path tiny = dir / "tiny.gguf";
+    ASSERT_EQ(df::test::run_diskformer("synth --preset tiny-qwen3 --out " + df::test::shell_quote(tiny)).code, 0);
+    const std::string blob = df::test::slurp(tiny);
+    df::test::MiniHttp http([&](const df::test::HttpRequest& r) { return df::test::serve_range(r, blob); });
+
+    const auto empty = df::test::run_diskformer("list");
+    EXPECT_EQ(empty.code, 0) << empty.err;
+    EXPECT_NE(empty.err.find("empty"), std::string::npos) << empty.err;
+
+    const auto p = df::test::run_diskformer("pull '" + http.url("/repo/Tiny-Q8_0.gguf") + "'");
+    ASSERT_EQ(p.code, 0) << p.err;
+    EXPECT_NE(p.err.find("in the store as 'Tiny-Q8_0'"), std::string::npos) << p.err;
+    EXPECT_EQ(df::test::slurp(dir / "home" / "models" / "Tiny-Q8_0.gguf"), blob);
+    const auto run = df::test::run_diskformer("run -m Tiny-Q8_0 --backend cpu -p hi -n 2");
+    EXPECT_EQ(run.code, 0) << run.err;
+    const auto by_file = df::test::run_diskformer("run -m Tiny-Q8_0.gguf --backend cpu -p hi -n 2");
+    EXPECT_EQ(by_file.code, 0) << by_file.err;
+
+    // import: a copy under another name, checked to be a model first.
+    const auto imp = df::test::run_diskformer("import " + df::test::shell_quote(tiny) + " --name tiny");
+    ASSERT_EQ(imp.code, 0) << imp.err;
+    const fs::path junk = dir / "junk.gguf";
+    std::ofstream(junk) << "not a model";
+    const auto bad = df::test::run_diskformer("import " + df::test::shell_quote(junk));
+    EXPECT_EQ(bad.code, 1);
+    EXPECT_NE(bad.err.find("GGUF"), std::string::npos) << bad.err;
+    const auto twice = df::test::run_diskformer("import " + df::test::shell_quote(tiny) + " --name tiny");
+    EXPECT_EQ(twice.code, 1);
+    EXPECT_NE(twice.err.find("already has"), std::string::npos) << twice.err;
+
+    const auto ls = df::test::run_diskformer("list --json");
+    ASSERT_EQ(ls.code, 0) << ls.err;
+    const auto j = nlohmann::json::parse(ls.out);
+    ASSERT_EQ(j.size(), 2u) << ls.out;
+    EXPECT_EQ(j[0]["name"], "Tiny-Q8_0");
+    EXPECT_EQ(j[0]["source"], http.url("/repo/Tiny-Q8_0.gguf"));
+    EXPECT_EQ(j[1]["name"], "tiny");
+    EXPECT_EQ(j[0]["sha256"], j[1]["sha256"]);
+    EXPECT_EQ(j[1]["present"], true);
+
+    const auto missing = df::test::run_diskformer("run -m nothing-here -p hi");
+    EXPECT_EQ(missing.code, 1);
+    EXPECT_NE(missing.err.find("it has: Tiny-Q8_0, tiny"), std::string::npos) << missing.err;
+
+    EXPECT_EQ(df::test::run_diskformer("rm Tiny-Q8_0").code, 0);
+    EXPECT_FALSE(fs::exists(dir / "home" / "models" / "Tiny-Q8_0.gguf"));
+    EXPECT_EQ(df::test::run_diskformer("rm Tiny-Q8_0").code, 1);
+    ::unsetenv("DISKFORMER_HOME");
+    fs::remove_all(dir);
+}
+
+TEST(Pull, HubShorthandMustNameOwnerRepoAndFile) {
+    for (const char* arg : {"hf:Qwen", "hf:Qwen/Qwen3-4B-GGUF", "hf:Qwen/Qwen3-4B-GGUF/", "hf:/x/y", "hf:Qwen/Qwen3-4B-GGUF/f.gguf@"}) {
+        const auto r = df::test::run_diskformer(std::string("pull '") + arg + "' -o /tmp/never.gguf");
+        EXPECT_EQ(r.code, 1) << arg;
+        EXPECT_NE(r.err.find("hf:OWNER/REPO/FILE"), std::string::npos) << arg << ": " << r.err;
+    }
+}
+
 TEST(Pull, NeedsANameWhenTheUrlHasNone) {
     for (const char* url : {"http://127.0.0.1:9/", "http://127.0.0.1:9", "https://example.org/models/?x=1"}) {
         const auto r = df::test::run_diskformer(std::string("pull '") + url + "'");
         EXPECT_EQ(r.code, 1) << url;
-        EXPECT_NE(r.err.find("give one with -o"), std::string::npos) << url << ": " << r.err;
+        EXPECT_NE(r.err.find("give one with --name"), std::string::npos) << url << ": " << r.err;
     }
 }
 
