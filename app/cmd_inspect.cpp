@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "gguf/gguf.h"
 #include "model/inspect.h"
@@ -25,7 +26,7 @@ struct InspectArgs {
 void register_inspect(CLI::App& app) {
     auto args = std::make_shared<InspectArgs>();
     auto* cmd = app.add_subcommand("inspect", "Show a GGUF file's architecture, hyperparameters, vocabulary and tensors");
-    cmd->add_option("FILE", args->file, "GGUF file")->required();
+    cmd->add_option("FILE", args->file, "GGUF file, or a model's name in the store")->required()->transform(model_file_or_name());
     cmd->add_flag("--json", args->json, "Print one JSON object (arch, config, tensors, types, bytes, ...)");
     cmd->add_flag("--tensors", args->tensors, "Also list every tensor (text form)");
     cmd->callback([args] {
