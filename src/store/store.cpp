@@ -270,12 +270,11 @@ std::string resolve_model(const std::string& arg, const Store& store) {
     } catch (const Error&) {
         valid = false;
     }
-    if (valid) {
-        if (const auto e = store.find(name)) {
-            if (!fs::is_regular_file(e->path, ec))
-                throw Error("the store's model '" + name + "' is missing its file " + e->path + " (pull or import it again)");
-            return e->path;
-        }
+    if (!valid) throw Error("cannot open '" + arg + "': no such file");  // a path, not a name
+    if (const auto e = store.find(name)) {
+        if (!fs::is_regular_file(e->path, ec))
+            throw Error("the store's model '" + name + "' is missing its file " + e->path + " (pull or import it again)");
+        return e->path;
     }
     std::string have;
     for (const auto& e : store.list()) have += (have.empty() ? "" : ", ") + e.name;
