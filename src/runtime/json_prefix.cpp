@@ -123,15 +123,40 @@ bool JsonPrefix::string_byte(unsigned char c) {
         --utf8_left_;
         utf8_lo_ = 0x80;
         utf8_hi_ = 0xBF;
-        return true;
+        cp_ = cp_ << 6 | (c & 0x3Fu);
+        return utf8_left_ == 0 ? pattern_char(cp_) : pattern_may(cp_ << (6 * utf8_left_), ((cp_ + 1) << (6 * utf8_left_)) - 1);
     }
-    if (c < 0x80) return c >= 0x20;  // control characters must be escaped
+    if (c < 0x80) return c >= 0x20 && pattern_char(c);  // control characters must be escaped
     unsigned more = 0, lo = 0, hi = 0;
     if (!utf8_lead(c, more, lo, hi)) return false;
     utf8_left_ = static_cast<uint8_t>(more);
     utf8_lo_ = static_cast<uint8_t>(lo);
     utf8_hi_ = static_cast<uint8_t>(hi);
-    return true;
+    cp_ = c & (0x3Fu >> more);
+    // Exact: the next byte's range [lo, hi] (overlong forms and surrogates excluded), any after.
+    const unsigned rest = 6 * (more - 1);
+    return pattern_may((cp_ << 6 | (lo & 0x3Fu)) << rest, (((cp_ << 6 | (hi & 0x3Fu)) + 1) << rest) - 1);
+}
+
+// A string value's pattern (no-ops without one): a whole character steps its states, a part of
+// one (UTF-8 lead or continuation bytes, \u digits) must leave some code point it can take.
+bool JsonPrefix::pattern_char(uint32_t cp) {
+    if (!re_) return true;
+    re_at_ = re_->next(re_at_, cp);
+    return !JsonRegex::empty(re_at_);
+}
+
+bool JsonPrefix::pattern_may(uint32_t lo, uint32_t hi) const { return !re_ || re_->any_in(re_at_, lo, hi); }
+
+// The code points the \u escape being read can still become: [lo, hi] is its code unit's range;
+// a high surrogate stands for the 1024 code points its pair can make.
+bool JsonPrefix::pattern_may_unit(uint32_t lo, uint32_t hi) const {
+    if (!re_) return true;
+    auto pair = [](uint32_t h, uint32_t l) { return 0x10000 + ((h - 0xD800) << 10) + (l - 0xDC00); };
+    if (need_low_) return pattern_may(pair(high_, std::max(lo, 0xDC00u)), pair(high_, std::min(hi, 0xDFFFu)));
+    if (lo <= 0xD7FF && pattern_may(lo, std::min(hi, 0xD7FFu))) return true;
+    if (hi >= 0xE000 && pattern_may(std::max(lo, 0xE000u), hi)) return true;
+    return lo <= 0xDBFF && hi >= 0xD800 && pattern_may(pair(std::max(lo, 0xD800u), 0xDC00), pair(std::min(hi, 0xDBFFu), 0xDFFF));
 }
 
 // ---- schema checks ----------------------------------------------------------------------------
@@ -317,6 +342,7 @@ void JsonPrefix::close_container() {
 bool JsonPrefix::begin_value(unsigned char c) {
     str_min_ = 0;
     str_max_ = INT_MAX;
+    re_ = nullptr;
     if (schema_) {
         // Through refs and anyOf branches to the schema a value starting with c must meet.
         const int at = schema_->resolve(value_node_, type_of(c));
@@ -334,6 +360,10 @@ bool JsonPrefix::begin_value(unsigned char c) {
         }
         str_min_ = n.min_length;
         str_max_ = n.max_length;
+        if (n.pattern >= 0 && c == '"') {
+            re_ = &schema_->regex(n.pattern);
+            re_at_ = re_->start();
+        }
         bounded_ = n.bounded && int_only_;
         lo_ = n.min_value;
         hi_ = n.max_value;
@@ -401,6 +431,7 @@ bool JsonPrefix::step(unsigned char c) {
                 key_ = true;
                 chars_ = str_min_ = 0;
                 str_max_ = INT_MAX;
+                re_ = nullptr;  // keys match declared names, never a pattern
                 return true;
             }
             if (c == '}' && mode_ == Mode::obj_key_or_end && may_close_object()) {
@@ -459,14 +490,17 @@ bool JsonPrefix::step(unsigned char c) {
             if (c == '"') {
                 if (match_ != Match::none && !match_end()) return false;
                 if (chars_ < str_min_) return false;
+                if (re_ && !re_->accepts(re_at_)) return false;
                 if (key_) mode_ = Mode::colon;
                 else end_value();
                 return true;
             }
-            if (++chars_ > str_max_) return false;  // a character starts (a byte, a lead byte or an escape)
+            // A character starts (a byte, a lead byte or an escape; not a low surrogate's escape:
+            // with its high half it is one code point, as a reader counts).
+            if (!need_low_ && ++chars_ > str_max_) return false;
             if (c == '\\') {
                 mode_ = Mode::escape;
-                return true;
+                return pattern_may(0, 0x10FFFF);  // \uXXXX can write any code point
             }
             return string_byte(c);
         case Mode::escape:
@@ -479,7 +513,7 @@ bool JsonPrefix::step(unsigned char c) {
             if (need_low_) return false;  // a high surrogate's \u escape must follow
             if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
                 mode_ = Mode::string;
-                return true;
+                return pattern_char(c == 'b' ? 8u : c == 'f' ? 12u : c == 'n' ? 10u : c == 'r' ? 13u : c == 't' ? 9u : c);
             }
             return false;
         case Mode::unicode: {
@@ -493,9 +527,13 @@ bool JsonPrefix::step(unsigned char c) {
             const bool low_ok = lo <= 0xDFFF && hi >= 0xDC00;
             const bool other_ok = lo < 0xDC00 || hi > 0xDFFF;
             if (need_low_ ? !low_ok : !other_ok) return false;
+            if (!pattern_may_unit(lo, hi)) return false;
             if (sub_ == 0) {
                 mode_ = Mode::string;
+                const bool low = need_low_;
                 need_low_ = !need_low_ && uni_ >= 0xD800 && uni_ <= 0xDBFF;
+                if (need_low_) high_ = uni_;  // the character is whole with its low half
+                else if (!pattern_char(low ? 0x10000 + ((high_ - 0xD800u) << 10) + (uni_ - 0xDC00u) : uni_)) return false;
             }
             return true;
         }

@@ -52,6 +52,9 @@ private:
     };
     bool step(unsigned char c);
     bool string_byte(unsigned char c);  // UTF-8 inside a string
+    bool pattern_char(uint32_t cp);     // a string value's pattern (JsonSchema::Node::pattern)
+    bool pattern_may(uint32_t lo, uint32_t hi) const;
+    bool pattern_may_unit(uint32_t lo, uint32_t hi) const;
     bool begin_value(unsigned char c);
     void end_value();  // a value ended: what the enclosing container expects next
     void close_container();
@@ -93,6 +96,12 @@ private:
     uint64_t cand_ = 0;
     uint32_t cand_pos_ = 0;
     int chars_ = 0, str_min_ = 0, str_max_ = INT_MAX;  // the string value's characters so far, its bounds
+    // A string value with a pattern: the regex, the states its text may be in, the character
+    // being read (UTF-8 bits so far), an escaped high surrogate waiting for its low half.
+    const JsonRegex* re_ = nullptr;
+    JsonRegex::Set re_at_{};
+    uint32_t cp_ = 0;
+    uint16_t high_ = 0;
     // A bounded integer (JsonSchema::Node::bounded): its sign, digits so far, their value, bounds.
     bool bounded_ = false, num_neg_ = false;
     int num_digits_ = 0;

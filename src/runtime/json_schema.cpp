@@ -77,6 +77,7 @@ class Compiler {
 public:
     explicit Compiler(const OJ& root) : root_(root) {}
     std::vector<JsonSchema::Node> nodes{JsonSchema::Node{}};  // node 0: any value
+    std::vector<JsonRegex> regexes;                              // Node::pattern indexes these
 
     int add(const OJ& s, const std::string& at) {
         // A request's schema must not recurse the compiler off its stack.
@@ -130,7 +131,7 @@ public:
             } else if (k == "nullable") {
                 if (!v.is_boolean()) fail(here, "must be true or false");
             } else if (k == "required" || k == "additionalProperties" || k == "items" || k == "minItems" || k == "maxItems" ||
-                       k == "minLength" || k == "maxLength" || k == "minimum" || k == "maximum" || k == "exclusiveMinimum" ||
+                       k == "minLength" || k == "maxLength" || k == "pattern" || k == "minimum" || k == "maximum" || k == "exclusiveMinimum" ||
                        k == "exclusiveMaximum") {
                 // read below, once properties are known
             } else if (!annotation(k)) {
@@ -140,7 +141,7 @@ public:
         if (!typed) {
             if (n.props || s.contains("additionalProperties") || s.contains("required")) n.types = JsonSchema::kObject;
             else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) n.types = JsonSchema::kArray;
-            else if (s.contains("minLength") || s.contains("maxLength")) n.types = JsonSchema::kString;
+            else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) n.types = JsonSchema::kString;
             else if (!n.choices.empty()) n.types = n.choice_types;
         }
         if (s.contains("nullable") && s["nullable"].get<bool>()) n.types |= JsonSchema::kNull;
@@ -176,6 +177,22 @@ public:
         if (s.contains("minLength")) n.min_length = bound(s["minLength"], at, "minLength");
         if (s.contains("maxLength")) n.max_length = bound(s["maxLength"], at, "maxLength");
         if (n.min_length > n.max_length) fail(at, "minLength exceeds maxLength");
+        if (s.contains("pattern")) {
+            const OJ& p = s["pattern"];
+            if (!p.is_string()) fail(at + "/pattern", "must be a string");
+            try {
+                regexes.push_back(JsonRegex::compile(p.get<std::string>()));
+            } catch (const Error& e) {
+                fail(at + "/pattern", std::string(e.what()).substr(9));  // without its "pattern: "
+            }
+            n.pattern = static_cast<int>(regexes.size()) - 1;
+            // enum / const strings are generated as written: each must match too.
+            for (const auto& c : n.choices) {
+                const OJ e = OJ::parse(c);
+                if (e.is_string() && !regexes.back().matches(e.get<std::string>()))
+                    fail(at + "/pattern", c + " (an enum value) does not match it");
+            }
+        }
         double real_lo = -HUGE_VAL, real_hi = HUGE_VAL;
         for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
             if (!s.contains(k)) continue;
@@ -331,6 +348,7 @@ JsonSchema JsonSchema::compile(std::string_view text) {
     JsonSchema out;
     out.root_ = c.add(s, "");
     out.nodes_ = std::move(c.nodes);
+    out.regexes_ = std::move(c.regexes);
     finish(out.nodes_);
     if (!(out.nodes_[static_cast<size_t>(out.root_)].reach & kObject)) throw Error("json schema: the top level must allow an object");
     return out;

@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/json_regex.h"
+
 namespace diskformer {
 
 class JsonSchema {
@@ -53,6 +55,7 @@ public:
         int items = 0;
         int min_items = 0, max_items = INT_MAX;
         int min_length = 0, max_length = INT_MAX;  // strings, in characters
+        int pattern = -1;                           // strings: JsonSchema::regex(pattern) must match
         // Integers: minimum / maximum (exclusive ones made inclusive), within +-kMaxBound.
         int64_t min_value = -kMaxBound, max_value = kMaxBound;
         bool bounded = false;
@@ -73,6 +76,7 @@ public:
     static JsonSchema compile(std::string_view schema_json);
 
     const Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
+    const JsonRegex& regex(int i) const { return regexes_[static_cast<size_t>(i)]; }
     int root() const { return root_; }
     // The value schema that a value of type t (a Type bit) meets at node i, through its refs and
     // branches; -1 when the node allows no such value.
@@ -80,6 +84,7 @@ public:
 
 private:
     std::vector<Node> nodes_;  // node 0 accepts any value
+    std::vector<JsonRegex> regexes_;
     int root_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <regex>
 #include <thread>
 #include <utility>
 
@@ -365,9 +366,33 @@ TEST_P(Generate, JsonSchemaModeFollowsTheSchema) {
     }
     EXPECT_GT(complete, 0) << "no sampled object closed within the token budget";
 
+    // A pattern: every string the model writes for "id" matches it, whatever it would have said.
+    const std::string patterned = R"({"type": "object", "properties": {"id": {"type": "string",
+        "pattern": "^[A-Z]{2}-\\d{3}(-[a-z]+)?$"}, "tag": {"type": "string", "pattern": "^(ok|fine)$"}},
+        "required": ["id", "tag"], "additionalProperties": false})";
+    const dfm::JsonSchema pat = dfm::JsonSchema::compile(patterned);
+    complete = 0;
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+        GenerateOptions o = sampled(seed, 0);
+        o.max_tokens = 200;
+        o.json = true;
+        o.json_schema = patterned;
+        dfm::Session s(model(GetParam()), {.ctx = 256});
+        const auto r = dfm::generate(s, prompt, o);
+        SCOPED_TRACE(r.text);
+        dfm::JsonPrefix j(&pat);
+        EXPECT_TRUE(j.feed(r.text)) << "not a prefix the schema allows";
+        if (r.stop != dfm::StopReason::end_token) continue;
+        ++complete;
+        const auto doc = nlohmann::json::parse(r.text);
+        EXPECT_TRUE(std::regex_search(doc.at("id").get<std::string>(), std::regex("^[A-Z]{2}-\\d{3}(-[a-z]+)?$"))) << doc.dump();
+        EXPECT_TRUE(std::regex_search(doc.at("tag").get<std::string>(), std::regex("^(ok|fine)$"))) << doc.dump();
+    }
+    EXPECT_GT(complete, 0) << "no sampled object closed within the token budget";
+
     GenerateOptions bad;
     bad.json = true;
-    bad.json_schema = R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}})";
+    bad.json_schema = R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "(a)\\1"}}})";  // a backreference
     dfm::Session s(model(GetParam()), {.ctx = 256});
     EXPECT_THROW(dfm::generate(s, prompt, bad), dfm::Error);
     EXPECT_EQ(s.n_cached(), 0) << "refused before the prompt was evaluated";

@@ -2,12 +2,14 @@
 // complete; invalid ones are refused at the byte that breaks them; the top level is an object.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "common/golden.h"
 #include "diskformer/diskformer.h"
 #include "runtime/json_prefix.h"
+#include "runtime/json_regex.h"
 #include "runtime/json_schema.h"
 #include "gguf/gguf.h"
 #include "runtime/json_tokens.h"
@@ -315,8 +317,85 @@ TEST(JsonSchema, NumberBoundsRefuseTheFirstByteThatCannotMeetThem) {
     }
 }
 
+// The pattern NFA against std::regex (ECMAScript, regex_search: unanchored like JSON Schema)
+// on every string of a small alphabet up to length 5, for patterns using every construct.
+TEST(JsonRegex, MatchesWhatEcmaScriptRegexSearchMatches) {
+    const std::vector<std::string> patterns = {
+        "a", "^a", "a$", "^a$", "^$", "", "ab|ba", "^(ab|b)*$", "^a+b?$", "^a{2}$", "^a{2,}$", "^a{1,3}b$",
+        "^[ab]{2,3}$", "^[^a]+$", "^.b", "c.", "^\\d+$", "^\\D", "\\w\\W", "\\s", "^\\S*$", "^(?:a|bc)+$",
+        "^a*?b+?$", "[a-c]{3}", "^[\\d-]+$", "^-?\\d{1,2}(\\.\\d)?$", "^a{0,0}b$", "^\\$",
+        "^\\.a", "[.]", "^[\\]a]+$", "^(a|)b$", "^((a|b)c)*$", "^\\x61", "^\\u0062+$", "a{1}b{0,}c?", "[-a]", "^[^]$"};
+    const std::string alphabet = "ab1 .-c$\n";
+    std::vector<std::string> texts{""};
+    for (size_t len = 1, from = 0; len <= 4; ++len) {
+        const size_t to = texts.size();
+        for (size_t i = from; i < to; ++i)
+            for (char c : alphabet) texts.push_back(texts[i] + c);
+        from = to;
+    }
+    for (const auto& p : patterns) {
+        SCOPED_TRACE(p);
+        const auto re = diskformer::JsonRegex::compile(p);
+        const std::regex oracle(p, std::regex::ECMAScript);
+        for (const auto& t : texts) ASSERT_EQ(re.matches(t), std::regex_search(t, oracle)) << '"' << t << '"';
+    }
+}
+
+TEST(JsonRegex, CodePointsBeyondAscii) {
+    using diskformer::JsonRegex;
+    const auto greek = JsonRegex::compile("^[α-ω]+$");
+    EXPECT_TRUE(greek.matches("αβγω"));
+    EXPECT_FALSE(greek.matches("αβa"));
+    EXPECT_FALSE(greek.matches(""));
+    const auto emoji = JsonRegex::compile("^\\uD83D\\uDE00.$");  // a pair written as escapes is one code point
+    EXPECT_TRUE(emoji.matches("😀x"));
+    EXPECT_TRUE(emoji.matches("😀😀"));  // '.' is one code point, not one UTF-16 unit
+    EXPECT_FALSE(emoji.matches("😁x"));
+    EXPECT_TRUE(JsonRegex::compile("^\\s$").matches("\u3000"));
+    EXPECT_TRUE(JsonRegex::compile("^x{,2}$").matches("x{,2}")) << "not a quantifier: a literal '{' (Annex B)";
+    EXPECT_TRUE(JsonRegex::compile("^(?<year>\\d{4})-(?:\\d\\d)$").matches("2026-12"));  // a named group
+    EXPECT_FALSE(JsonRegex::compile("^.$").matches("\u2028"));
+    for (const char* bad : {"(a)\\1", "a(?=b)", "a(?!b)", "(?<=a)b", "(?<!a)b", "\\bword", "\\p{L}", "a^b", "a$b", "*a",
+                            "a**", "(ab", "ab)", "[ab", "a{3,1}", "a{1001}", "\\", "\\q", "[z-a]", "\\cA", "(a{100}){100}",
+                            "[]", "^[^\\s\\S]$"}) {
+        EXPECT_THROW(JsonRegex::compile(bad), diskformer::Error) << bad;
+    }
+}
+
+// A string with a pattern is refused at its first byte that no matching string continues, in
+// plain characters, UTF-8 and escapes alike; keys and other strings are left alone.
+TEST(JsonSchema, PatternsRefuseTheFirstByteThatCannotMatch) {
+    const JsonSchema schema = JsonSchema::compile(R"({"type": "object", "properties": {
+        "id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+        "word": {"type": "string", "pattern": "cat"},
+        "greek": {"pattern": "^[α-ω]{1,3}$"},
+        "wide": {"type": "string", "pattern": "^[\u0100-\u0200]$"},
+        "smile": {"type": "string", "pattern": "^\\uD83D\\uDE00$", "maxLength": 1},
+        "any": {"type": "string"}}})");
+    for (const std::string& v : std::vector<std::string>{
+             R"({"id": "AB-123"})", R"({"id": "\u0041B-12\u0033"})", R"({"word": "a cat!"})", R"({"word": "cat"})",
+             R"({"greek": "αβγ"})", R"({"greek": "\u03b1"})", R"({"wide": "Ā"})", R"({"smile": "😀"})",
+             R"({"smile": "\ud83d\ude00"})", R"({"any": "AB-123 or anything"})", R"({"id": "ZZ-000", "word": "cats"})"}) {
+        EXPECT_EQ(accepted(v, &schema), v.size()) << v;
+        JsonPrefix j(&schema);
+        j.feed(v);
+        EXPECT_TRUE(j.complete()) << v;
+    }
+    for (const std::string& c : std::vector<std::string>{
+             R"({"id": "A|b)", R"({"id": "AB|1)", R"({"id": "AB-12|")", R"({"id": "AB-123|4)", R"({"id": "\u00|61)",
+             R"({"word": "ca|")", R"({"id": "A\|n)", R"({"greek": "|a)", R"({"greek": "αβγ|δ)", R"({"greek": "|")",
+             "{\"wide\": \"|\xE0", "{\"wide\": \"\xC4\x80|\xC4", R"({"smile": "\ud83d\ude0|1)", R"({"smile": "\u|0)",
+             "{\"smile\": \"\xF0\x9F\x98|\x81"}) {
+        expect_refused_at_bar(c, schema);
+    }
+    // An enum value that does not match its pattern is a schema error, not a dead end.
+    EXPECT_THROW(JsonSchema::compile(R"({"type": "object", "properties": {"a": {"enum": ["x", "yy"], "pattern": "^.$"}}})"),
+                 diskformer::Error);
+    EXPECT_NO_THROW(JsonSchema::compile(R"({"type": "object", "properties": {"a": {"enum": ["x", "y"], "pattern": "^.$"}}})"));
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
-    for (const char* bad : {R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})",
+    for (const char* bad : {R"j({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x(?=y)"}}})j",
                             R"({"type": "object", "properties": {"a": {"enum": [[1], 2]}}})",
                             R"({"type": "object", "properties": {"a": {"type": "integer", "enum": [1, 2.5]}}})",
                             R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})",
@@ -352,9 +431,9 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
         }
         return std::string("(accepted)");
     };
-    const std::string pattern = message(R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})");
+    const std::string pattern = message(R"j({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x(?=y)"}}})j");
     EXPECT_NE(pattern.find("/properties/a/pattern"), std::string::npos) << pattern;
-    EXPECT_NE(pattern.find("not supported"), std::string::npos) << pattern;
+    EXPECT_NE(pattern.find("lookahead and lookbehind are not supported"), std::string::npos) << pattern;
     const std::string overlap = message(R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"enum": ["x"]}]}}})");
     EXPECT_NE(overlap.find("the same type"), std::string::npos) << overlap;
     const std::string beside = message(R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/A", "type": "string"}},

@@ -1,0 +1,57 @@
+// A JSON Schema "pattern" for JSON mode: the regular expression (ECMA-262 syntax, the subset
+// that is regular) as a Thompson NFA over code points, so that a string value's text can be
+// checked a character at a time: which code points may come next, and whether it may end.
+//
+// Supported: literals, `.`, classes `[...]` (ranges, negation, \d \w \s inside), the escapes
+// \d \D \w \W \s \S \t \n \r \f \v \0 \xHH \uXXXX and escaped punctuation, groups `( )`,
+// `(?: )`, `(?<name> )`, alternation, the quantifiers * + ? {n} {n,} {n,m} (lazy forms match the
+// same strings), `^` at the start and `$` at the end. As in JSON Schema the pattern is not
+// anchored: without `^` / `$` it may match anywhere in the string. Refused with a clear error:
+// backreferences, lookaround, word boundaries, \p{...}, anchors elsewhere, patterns above
+// kMaxStates states once repetitions are expanded.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace diskformer {
+
+class JsonRegex {
+public:
+    static constexpr int kMaxStates = 512;
+    using Set = std::array<uint64_t, kMaxStates / 64>;  // states the text so far may be in
+
+    // Throws diskformer::Error naming the construct it cannot enforce.
+    static JsonRegex compile(std::string_view pattern);
+
+    const Set& start() const { return start_; }
+    // The states after code point cp (empty: the text can no longer match).
+    Set next(const Set& s, uint32_t cp) const;
+    // Whether some code point in [lo, hi] may come next.
+    bool any_in(const Set& s, uint32_t lo, uint32_t hi) const;
+    // Whether the text so far matches (the string may end here).
+    bool accepts(const Set& s) const { return (s[accept_ / 64] >> (accept_ % 64)) & 1; }
+    static bool empty(const Set& s);
+    // Whether the whole of a UTF-8 text matches.
+    bool matches(std::string_view utf8) const;
+
+    using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;  // inclusive, sorted, disjoint
+
+private:
+    struct State {
+        Ranges ranges;  // a consuming state (non-empty) moves to `out` on these code points
+        int out = -1;
+        std::vector<int> eps;  // epsilon edges
+    };
+    std::vector<State> states_;
+    std::vector<Set> closure_;  // per state: the consuming / accepting states reachable by epsilons, live only
+    Set start_{};
+    int accept_ = 0;
+
+    friend class RegexBuilder;
+};
+
+}  // namespace diskformer
