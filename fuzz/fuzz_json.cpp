@@ -57,6 +57,8 @@ void write_seeds(const char* dir) {
         "{}\n{\"x\": [true, false, null, {\"y\": \"\\\"\"}]}",
         R"({"type": "object", "properties": {"p": {"type": "number", "minimum": -0.5, "exclusiveMaximum": 2.25}, "q": {"type": ["number", "null"], "maximum": -1e-3}}})"
         "\n{\"p\": 2.2499, \"q\": -0.0015}",
+        R"j({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}(-[a-zα-ω]+)?$"}, "w": {"pattern": "(?:ab|c)*\\u00e9.[^x]"}}})j"
+        "\n{\"id\": \"AB-123-\u03b1\", \"w\": \"abc\u00e9\u00e9y\"}",
     };
     int i = 0;
     for (const char* s : seeds) std::ofstream(std::string(dir) + "/seed" + std::to_string(i++)) << s;

@@ -179,7 +179,9 @@ private:
                         fail("lookahead and lookbehind are not supported");
                     }
                 }
+                if (++depth_ > kMaxDepth) fail("groups nested deeper than " + std::to_string(kMaxDepth));
                 Ast inner = alternation();
+                --depth_;
                 if (!at(')')) fail("missing ')'");
                 ++i_;
                 return inner;
@@ -290,8 +292,10 @@ private:
         return {{c, c}};
     }
 
+    static constexpr int kMaxDepth = 64;  // a request's pattern must not recurse the parser off its stack
     std::vector<uint32_t> p_;
     size_t i_ = 0;
+    int depth_ = 0;
 };
 
 }  // namespace
