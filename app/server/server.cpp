@@ -363,14 +363,19 @@ struct Server::Impl {
         return run_on(*h.slots[0], r, prompt, abort, on_piece);
     }
 
-    // The choices of a request that is not streamed (lps.size() of them: n, or best_of
-    // candidates), at once on as many free slots as there are (each choice's steps then share
-    // passes): the prompt is evaluated on the first slot and copied to the others, and slot k
-    // runs choices k, k + slots, ... Choice i draws with seed + i either way, so the answers are
-    // those of the choices one after another.
+    // What a request does with each of its choices as it is generated (from the thread that runs
+    // that choice): its pieces, and the result once it ends.
+    struct ChoiceHooks {
+        std::function<diskformer::StreamCallback(int)> pieces;  // choice i's callback (may be empty)
+        std::function<void(int, const GenerateResult&)> done;   // choice i ended (not when aborted at once)
+    };
+
+    // n choices of a request (n, or best_of candidates) at once on as many free slots as there
+    // are (each choice's steps then share passes): the prompt is evaluated on the first slot and
+    // copied to the others, and slot k runs choices k, k + slots, ... Choice i draws with seed + i
+    // either way, so the answers are those of the choices one after another.
     std::vector<GenerateResult> generate_choices(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
-                                                 std::vector<Logprobs>& lps) {
-        const int n = static_cast<int>(lps.size());
+                                                 int n, const ChoiceHooks& hooks) {
         std::vector<GenerateResult> results(static_cast<size_t>(n));
         Held h;
         acquire(h, prompt, abort, n - 1);
@@ -379,12 +384,14 @@ struct Server::Impl {
             return results;
         }
         const int k = static_cast<int>(h.slots.size());
-        auto callback = [&](int i) {
-            return lps[i].on() ? diskformer::StreamCallback([&lps, i](const diskformer::Piece& p) { lps[i].add(p); })
-                               : diskformer::StreamCallback{};
+        auto run_choice = [&](int slot, int i) {
+            results[i] = run_on(*h.slots[slot], choice(r, i), prompt, abort, hooks.pieces ? hooks.pieces(i) : diskformer::StreamCallback{});
+            if (hooks.done) hooks.done(i, results[i]);
         };
         if (k == 1) {
-            for (int i = 0; i < n; ++i) results[i] = run_on(*h.slots[0], choice(r, i), prompt, abort, callback(i));
+            for (int i = 0; i < n && !abort; ++i) run_choice(0, i);
+            for (int i = 0; i < n; ++i)
+                if (results[i].tokens.empty() && abort) results[i].stop = diskformer::StopReason::aborted;
             return results;
         }
         Request pre = r;
@@ -398,7 +405,7 @@ struct Server::Impl {
         std::vector<std::exception_ptr> errors(static_cast<size_t>(k));
         auto work = [&](int j) {
             try {
-                for (int i = j; i < n; i += k) results[i] = run_on(*h.slots[j], choice(r, i), prompt, abort, callback(i));
+                for (int i = j; i < n; i += k) run_choice(j, i);
             } catch (...) {
                 errors[j] = std::current_exception();
                 abort = true;  // the others stop too: the request fails as a whole
@@ -464,7 +471,12 @@ struct Server::Impl {
                 Request cand = *r;
                 if (r->best_of > r->n) cand.gen.logprobs = std::max(cand.gen.logprobs, 0);
                 std::vector<Logprobs> lps(static_cast<size_t>(r->best_of), Logprobs{*r, *this, {}});
-                std::vector<GenerateResult> all = generate_choices(cand, *prompt, abort, lps);
+                ChoiceHooks hooks;
+                hooks.pieces = [&lps](int i) {
+                    return lps[i].on() ? diskformer::StreamCallback([&lps, i](const diskformer::Piece& p) { lps[i].add(p); })
+                                       : diskformer::StreamCallback{};
+                };
+                std::vector<GenerateResult> all = generate_choices(cand, *prompt, abort, r->best_of, hooks);
                 if (stopping) {
                     ++aborted;
                     throw ApiError(503, "the server is shutting down");
@@ -502,40 +514,57 @@ struct Server::Impl {
     }
 
     // Writes a request's events as they come; the headers are out, so failures become an error
-    // event. A write that fails (the client left) aborts the generation.
+    // event. A write that fails (the client left) aborts the generation. n > 1 choices run at
+    // once on free slots (generate_choices), their events interleaved, each under its index.
     void stream(const Request& r, std::span<const int32_t> prompt, const Meta& m, httplib::DataSink& sink) {
         std::atomic<bool> abort{false};
+        std::mutex write_mu;  // choices write from their own threads
         auto send = [&](const Json& event) {
+            std::lock_guard l(write_mu);
             if (abort) return;
             const std::string s = sse(event);
             if (!sink.write(s.data(), s.size())) abort = true;
         };
         try {
-            std::vector<GenerateResult> results;
-            for (int i = 0; i < r.n; ++i) {
-                send(open_chunk(r, m, i));
-                Logprobs lp{r, *this, {}};
+            struct Choice {
+                explicit Choice(Logprobs l) : lp(std::move(l)) {}
+                Logprobs lp;
                 ToolCallStream calls;  // with tools, answer text from a <tool_call> on is held back
-                results.push_back(generate(choice(r, i), prompt, abort, [&](const diskformer::Piece& p) {
-                    if (!p.last) lp.add(p);
-                    const std::string text = !r.tools.empty() && p.part == diskformer::Part::answer ? calls.push(p.text) : std::string(p.text);
-                    if (!text.empty()) send(piece_chunk(r, m, text, p.part, lp.take(), i));
-                    if (p.last) lp.add(p);  // an end token or not: finish() decides
-                }));
-                const GenerateResult& g = results.back();
-                if (g.stop == diskformer::StopReason::aborted) break;
-                const ToolCallText held = calls.finish();
-                Json rest = lp.finish(g);
+            };
+            std::vector<std::unique_ptr<Choice>> choices;
+            for (int i = 0; i < r.n; ++i) choices.push_back(std::make_unique<Choice>(Logprobs{r, *this, {}}));
+            for (int i = 0; i < r.n; ++i) send(open_chunk(r, m, i));
+            ChoiceHooks hooks;
+            hooks.pieces = [&](int i) {
+                return diskformer::StreamCallback([&, i](const diskformer::Piece& p) {
+                    Choice& c = *choices[static_cast<size_t>(i)];
+                    if (!p.last) c.lp.add(p);
+                    const std::string text = !r.tools.empty() && p.part == diskformer::Part::answer ? c.calls.push(p.text) : std::string(p.text);
+                    if (!text.empty()) send(piece_chunk(r, m, text, p.part, c.lp.take(), i));
+                    if (p.last) c.lp.add(p);  // an end token or not: finish() decides
+                });
+            };
+            hooks.done = [&](int i, const GenerateResult& g) {
+                if (g.stop == diskformer::StopReason::aborted) return;
+                Choice& c = *choices[static_cast<size_t>(i)];
+                const ToolCallText held = c.calls.finish();
+                Json rest = c.lp.finish(g);
                 if (!held.content.empty() || !rest.is_null()) send(piece_chunk(r, m, held.content, diskformer::Part::answer, rest, i));
                 if (!held.calls.empty()) send(tool_calls_chunk(r, m, held.calls, i));
                 send(finish_chunk(r, m, g.stop, !held.calls.empty(), i));
-            }
-            if (results.back().stop == diskformer::StopReason::aborted) {
+            };
+            const std::vector<GenerateResult> results = generate_choices(r, prompt, abort, r.n, hooks);
+            const bool cut = std::any_of(results.begin(), results.end(),
+                                         [](const GenerateResult& g) { return g.stop == diskformer::StopReason::aborted; });
+            if (cut) {
                 ++aborted;
                 log(std::string(r.chat ? "/v1/chat/completions" : "/v1/completions") + " · stream ended early (" +
                     (stopping ? "server stopping" : "client gone") + ") after " +
                     std::to_string(combined_stats(results).generated_tokens) + " tokens");
-                if (stopping) send(ApiError(503, "the server is shutting down").body());
+                if (stopping) {
+                    abort = false;  // the client is still there: tell it why
+                    send(ApiError(503, "the server is shutting down").body());
+                }
             } else {
                 ++served;
                 if (r.include_usage) send(usage_chunk(r, m, combined_stats(results)));
@@ -546,6 +575,7 @@ struct Server::Impl {
             send(ApiError(500, e.what()).body());
             log(std::string(r.chat ? "/v1/chat/completions" : "/v1/completions") + " 500 (streaming) · " + e.what());
         }
+        std::lock_guard l(write_mu);
         const std::string done = "data: [DONE]\n\n";
         if (!abort) sink.write(done.data(), done.size());
         sink.done();

@@ -429,10 +429,9 @@ TEST(Server, JsonObjectResponsesAreJson) {
     }
 }
 
-// n choices: choice i is the library's answer with seed + i; usage counts the prompt once and
-// every answer; a stream sends the choices one after another under their indices.
-// n sampled choices of one request: choice i is the library's answer with seed + i (streamed:
-// one choice after another).
+// n sampled choices of one request: choice i is the library's answer with seed + i; usage
+// counts the prompt once and every answer; a stream sends each choice's events under its index
+// (interleaved when the choices run at once), each opened first and finished once.
 void NChoicesAreTheLibrarys(const Running& s, const char* name, int n = 3) {
     Json body = chat_body(kConversation, 12);
     body["n"] = n;
@@ -464,22 +463,34 @@ void NChoicesAreTheLibrarys(const Running& s, const char* name, int n = 3) {
     EXPECT_EQ(r.body["usage"]["completion_tokens"], completion);
     EXPECT_EQ(r.body["usage"]["prompt_tokens"], diskformer::chat_prompt(*model(name), to_messages(kConversation)).size());
 
-    body["n"] = 2;
+    const int ns = std::min(n, 3);
+    body["n"] = ns;
+    body["stream_options"] = {{"include_usage", true}};
     const Events e = post_stream(s, "/v1/chat/completions", body);
     ASSERT_TRUE(e.done);
-    std::vector<std::string> streamed(2);
-    int last_index = 0, finishes = 0;
+    std::vector<std::string> streamed(static_cast<size_t>(ns));
+    std::vector<int> opened(static_cast<size_t>(ns)), finished(static_cast<size_t>(ns));
+    int usage = 0;
     for (const auto& ev : e.events) {
+        if (ev["choices"].empty()) {  // the usage chunk, last
+            ++usage;
+            continue;
+        }
         const Json& c = ev["choices"][0];
         const int i = c["index"];
-        EXPECT_GE(i, last_index) << "choices one after another";
-        last_index = i;
+        ASSERT_TRUE(i >= 0 && i < ns) << ev.dump();
+        EXPECT_EQ(finished[i], 0) << "nothing after a choice's finish";
+        if (c["delta"].contains("role")) ++opened[i];
+        else EXPECT_EQ(opened[i], 1) << "a choice's role chunk comes first";
         streamed[i] += c["delta"].value("reasoning_content", "") + c["delta"].value("content", "");
-        if (!c["finish_reason"].is_null()) ++finishes;
+        if (!c["finish_reason"].is_null()) ++finished[i];
     }
-    EXPECT_EQ(finishes, 2);
-    EXPECT_EQ(streamed[0], texts[0]);
-    EXPECT_EQ(streamed[1], texts[1]);
+    EXPECT_EQ(usage, 1);
+    for (int i = 0; i < ns; ++i) {
+        EXPECT_EQ(opened[i], 1) << i;
+        EXPECT_EQ(finished[i], 1) << i;
+        EXPECT_EQ(streamed[i], texts[i]) << i;
+    }
 }
 
 TEST(Server, NChoicesAreSeededGenerationsOneAfterAnother) {
@@ -489,14 +500,23 @@ TEST(Server, NChoicesAreSeededGenerationsOneAfterAnother) {
 }
 
 TEST(Server, NChoicesRunAtOnceOnFreeSlotsWithTheSameAnswers) {
-    // Five choices on three slots: the prompt evaluated once and copied to the two others, the
-    // choices in shared passes, and the answers those of the choices one after another.
+    // Five choices on three slots (streamed: three): the prompt evaluated once and copied to the
+    // two others, the choices in shared passes, and the answers those of the choices one after
+    // another.
     const char* name = "q35_4L_iq2mix";
     Running s(name, options(3));
     NChoicesAreTheLibrarys(s, name, 5);
     const Json h = health(s);
     EXPECT_GT(h["batching"]["passes"].get<int>(), 0) << h.dump();
     EXPECT_EQ(h["slots_busy"], 0);
+    // A streamed request's choices share passes too.
+    Json body = chat_body(kConversation, 12);
+    body["n"] = 3;
+    body["temperature"] = 1.0;
+    body["seed"] = 5;
+    const Events e = post_stream(s, "/v1/chat/completions", body);
+    ASSERT_TRUE(e.done);
+    EXPECT_GT(health(s)["batching"]["passes"].get<int>(), h["batching"]["passes"].get<int>());
 }
 
 TEST(Server, NChoicesLogprobsAtOnce) {
