@@ -2,6 +2,8 @@
 // retried on transient failures, checked (size, sha256) and renamed into place.
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -231,12 +233,54 @@ Outcome transfer(const std::string& url, const fs::path& part, const FetchOption
     return Outcome::retry;
 }
 
+// One download per destination at a time (two would append to the same part): an exclusive
+// flock on <path>.lock, removed when done. After locking, the file must still be the one at the
+// path (another holder may have removed it meanwhile), else the lock is taken again.
+class DownloadLock {
+public:
+    explicit DownloadLock(std::string path) : path_(std::move(path)) {
+        for (;;) {
+            fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+            if (fd_ < 0) throw Error("cannot create " + path_ + ": " + std::strerror(errno));
+            if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+                ::close(fd_);
+                throw Error("another download to the same file is in progress (" + path_ + " is locked)");
+            }
+            struct stat held{}, now{};
+            if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+                return;
+            ::close(fd_);
+        }
+    }
+    ~DownloadLock() {
+        ::unlink(path_.c_str());  // before the unlock: a waiter that got the old file sees it gone
+        ::close(fd_);
+    }
+    DownloadLock(const DownloadLock&) = delete;
+    DownloadLock& operator=(const DownloadLock&) = delete;
+
+private:
+    std::string path_;
+    int fd_ = -1;
+};
+
+FetchResult fetch_locked(const std::string& url, const std::string& path, const Expect& expect, const FetchOptions& options);
+
 }  // namespace
 
 FetchResult fetch(const std::string& url, const std::string& path, const Expect& expect, const FetchOptions& options) {
     curl_init_once();
     if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
         throw Error("cannot fetch '" + url + "': only http:// and https:// addresses");
+    if (!expect.sha256.empty()) lower_hex(expect.sha256);  // a malformed digest fails before anything is made
+    if (const fs::path dest(path); dest.has_parent_path()) fs::create_directories(dest.parent_path());
+    const DownloadLock lock(path + ".lock");
+    return fetch_locked(url, path, expect, options);
+}
+
+namespace {
+
+FetchResult fetch_locked(const std::string& url, const std::string& path, const Expect& expect, const FetchOptions& options) {
     std::string want_sha = expect.sha256.empty() ? "" : lower_hex(expect.sha256);
     const fs::path dest(path), part(path + ".part");
     FetchResult r;
@@ -252,8 +296,6 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
             }
         }
     }
-    if (dest.has_parent_path()) fs::create_directories(dest.parent_path());
-
     uint64_t total = expect.size.value_or(0);
     r.resumed_from = file_size_or_zero(part);
     std::string last_error;
@@ -300,7 +342,7 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
     if (!want_sha.empty() && r.sha256 != want_sha) {
         fs::remove(part);
         if (r.resumed_from > 0) {  // the bytes kept from before may be another version's: once more from zero
-            FetchResult again = fetch(url, path, expect, options);
+            FetchResult again = fetch_locked(url, path, expect, options);
             again.resumed_from = 0;
             return again;
         }
@@ -318,4 +360,5 @@ FetchResult fetch(const std::string& url, const std::string& path, const Expect&
     return r;
 }
 
+}  // namespace
 }  // namespace diskformer::store

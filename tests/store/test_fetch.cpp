@@ -1,7 +1,10 @@
 // store::fetch against a loopback server whose every answer the test picks: complete transfers,
 // cut ones and their resumes, servers that ignore Range, HTTP errors, and files whose size or
 // sha256 is wrong (never kept).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -229,6 +232,28 @@ TEST_F(Fetch, BytesThatDisagreeWithTheServersDigestAreNotKept) {
     }
     EXPECT_FALSE(fs::exists(dest()));
     EXPECT_FALSE(fs::exists(part()));
+}
+
+TEST_F(Fetch, OneDownloadToAFileAtATime) {
+    MiniHttp http([&](const HttpRequest& r) { return df::test::serve_range(r, blob_); });
+    fs::create_directories(dest().parent_path());
+    const std::string lock = dest().string() + ".lock";
+    {
+        const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);  // another download holds it
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+        try {
+            store::fetch(http.url("/m.gguf"), dest().string(), {}, quick());
+            FAIL() << "expected the second download to be refused";
+        } catch (const diskformer::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("in progress"), std::string::npos) << e.what();
+        }
+        EXPECT_TRUE(http.requests().empty()) << "refused before any transfer";
+        ::close(fd);
+    }
+    store::fetch(http.url("/m.gguf"), dest().string(), with_sha(sha_), quick());
+    EXPECT_EQ(slurp(dest()), blob_);
+    EXPECT_FALSE(fs::exists(lock)) << "the lock goes with its download";
 }
 
 TEST_F(Fetch, ASizeOtherThanExpectedIsRefused) {
