@@ -354,15 +354,6 @@ struct Server::Impl {
         return g;
     }
 
-    // Runs one request on a free slot (waiting for one). `abort` ends it early (a client gone, stop()).
-    GenerateResult generate(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
-                            const diskformer::StreamCallback& on_piece) {
-        Held h;
-        acquire(h, prompt, abort, 0);
-        if (h.slots.empty()) return aborted_at_once();
-        return run_on(*h.slots[0], r, prompt, abort, on_piece);
-    }
-
     // What a request does with each of its choices as it is generated (from the thread that runs
     // that choice): its pieces, and the result once it ends.
     struct ChoiceHooks {
@@ -370,8 +361,9 @@ struct Server::Impl {
         std::function<void(int, const GenerateResult&)> done;   // choice i ended (not when aborted at once)
     };
 
-    // n choices of a request (n, or best_of candidates) at once on as many free slots as there
-    // are (each choice's steps then share passes): the prompt is evaluated on the first slot and
+    // n choices of a request (n, or best_of candidates; waiting for a free slot, `abort` ends
+    // them early: a client gone, stop()) at once on as many free slots as there are (each
+    // choice's steps then share passes): the prompt is evaluated on the first slot and
     // copied to the others, and slot k runs choices k, k + slots, ... Choice i draws with seed + i
     // either way, so the answers are those of the choices one after another.
     std::vector<GenerateResult> generate_choices(const Request& r, std::span<const int32_t> prompt, std::atomic<bool>& abort,
