@@ -8,6 +8,7 @@ Prints the decode rate the server reports. Exit status 1 on any failure.
     scripts/serve_check.py http://127.0.0.1:8080 [max_tokens]
 """
 import json
+import re
 import sys
 import threading
 import time
@@ -123,6 +124,26 @@ check(bool(calls) and calls[0]["function"]["name"] == "get_weather" and
 body = {"messages": [{"role": "user", "content": "A word?"}], "max_tokens": 8, "n": 2, "temperature": 1.0, "seed": 5}
 status, text = request("/v1/chat/completions", body)
 check(status == 200 and len(json.loads(text)["choices"]) == 2, "n = 2 gives two choices")
+whole = [c["message"].get("content", "") for c in json.loads(text)["choices"]] if status == 200 else []
+body["stream"] = True
+status, text = request("/v1/chat/completions", body)
+events = [json.loads(line[6:]) for line in text.split("\n\n") if line.startswith("data: {")]
+streamed = ["", ""]
+for e in events:
+    for c in e.get("choices", []):
+        streamed[c["index"]] += c["delta"].get("content", "") or ""
+check(status == 200 and streamed == whole, "n = 2 streamed (at once, interleaved) adds up to the same two choices")
+body = {"messages": [{"role": "user", "content": "An id?"}], "max_tokens": 64, "temperature": 1.0, "seed": 3,
+        "chat_template_kwargs": {"enable_thinking": False},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "id", "schema": {"type": "object",
+            "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}}, "required": ["id"],
+            "additionalProperties": False}}}}
+status, text = request("/v1/chat/completions", body)
+answer = json.loads(text)["choices"][0] if status == 200 else {}
+ok = status == 200
+if ok and answer.get("finish_reason") == "stop":
+    ok = re.fullmatch(r"[A-Z]{2}-\d{3}", json.loads(answer["message"]["content"])["id"]) is not None
+check(ok, f"a schema pattern is followed ({text[:200]})")
 
 status, text = request("/v1/chat/completions", {"messages": []})
 check(status == 400 and "error" in json.loads(text), f"a bad request gets a 400 error body ({status})")
