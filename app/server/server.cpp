@@ -573,6 +573,27 @@ struct Server::Impl {
         sink.done();
     }
 
+    static bool flag(const Json& body, const char* key, bool fallback) {
+        if (!body.contains(key)) return fallback;
+        if (!body[key].is_boolean()) throw ApiError(400, std::string("\"") + key + "\" must be true or false", key);
+        return body[key].get<bool>();
+    }
+
+    // A small JSON-in, JSON-out route: 400 for a bad body, 500 for anything else.
+    void utility(const httplib::Request& q, httplib::Response& res, const std::function<Json(const Json&)>& answer) {
+        try {
+            send_json(res, 200, answer(parse_body(q.body)));
+        } catch (const ApiError& e) {
+            ++rejected;
+            send_error(res, e);
+            log(q.path + " " + std::to_string(e.status) + " · " + e.what());
+        } catch (const std::exception& e) {
+            ++failed;
+            send_error(res, ApiError(500, e.what()));
+            log(q.path + " 500 · " + e.what());
+        }
+    }
+
     void routes() {
         http.set_payload_max_length(kMaxBody);
         // Workers for the slots, for the requests waiting for one (each holds a worker), and
@@ -590,7 +611,9 @@ struct Server::Impl {
             res.status = 204;
         });
         http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-            if (opt.api_key.empty() || req.method == "OPTIONS" || req.path.rfind("/v1/", 0) != 0)
+            const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
+                                 req.path == "/apply-template";
+            if (opt.api_key.empty() || req.method == "OPTIONS" || !guarded)
                 return httplib::Server::HandlerResponse::Unhandled;
             if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
                 return httplib::Server::HandlerResponse::Unhandled;
@@ -635,6 +658,52 @@ struct Server::Impl {
                                                         {"n_ctx_train", info.n_ctx_train},
                                                         {"n_vocab", info.n_vocab},
                                                         {"weight_bytes", info.weight_bytes}}}}})}});
+        });
+        // llama.cpp's utility routes: text to tokens, tokens to text, a conversation to its prompt.
+        http.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& res) {
+            utility(q, res, [this](const Json& body) {
+                const Json* content = body.is_object() && body.contains("content") ? &body["content"] : nullptr;
+                if (!content || !content->is_string()) throw ApiError(400, "\"content\" must be a string", "content");
+                const bool special = flag(body, "parse_special", true), pieces = flag(body, "with_pieces", false);
+                const auto ids = model->tokenize(content->get<std::string>(), special);
+                Json tokens = Json::array();
+                for (const int32_t id : ids) {
+                    if (!pieces) {
+                        tokens.push_back(id);
+                        continue;
+                    }
+                    const std::string piece = model->detokenize(std::span<const int32_t>(&id, 1));
+                    Json p = piece;
+                    try {
+                        (void)p.dump();  // a piece may be part of a character: then its bytes
+                    } catch (const Json::type_error&) {
+                        p = Json::array();
+                        for (const char c : piece) p.push_back(static_cast<unsigned char>(c));
+                    }
+                    tokens.push_back({{"id", id}, {"piece", p}});
+                }
+                return Json{{"tokens", tokens}};
+            });
+        });
+        http.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& res) {
+            utility(q, res, [this](const Json& body) {
+                const Json* tokens = body.is_object() && body.contains("tokens") ? &body["tokens"] : nullptr;
+                if (!tokens || !tokens->is_array()) throw ApiError(400, "\"tokens\" must be an array of token ids", "tokens");
+                std::vector<int32_t> ids;
+                for (const auto& t : *tokens) {
+                    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model->info().n_vocab)
+                        throw ApiError(400, "\"tokens\" holds " + t.dump() + ", not a token id below " + std::to_string(model->info().n_vocab), "tokens");
+                    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+                }
+                return Json{{"content", model->detokenize(ids)}};
+            });
+        });
+        http.Post("/apply-template", [this](const httplib::Request& q, httplib::Response& res) {
+            utility(q, res, [this, &q](const Json& body) {
+                nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(q.body, nullptr, false);
+                const Request r = parse_chat_request(body, opt.defaults, &ordered);
+                return Json{{"prompt", model->detokenize(prompt_tokens(r))}};
+            });
         });
         http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
             res.set_content(metrics(), "text/plain; version=0.0.4; charset=utf-8");

@@ -877,7 +877,54 @@ TEST(Server, AnApiKeyGuardsTheApiButNotHealth) {
     auto models = c.Get("/v1/models");
     ASSERT_TRUE(models);
     EXPECT_EQ(models->status, 401);
+    const std::string tok = R"({"content": "hi"})";
+    EXPECT_EQ(post(s, "/tokenize", tok).status, 401);
+    EXPECT_EQ(post(s, "/tokenize", tok, {{"Authorization", "Bearer sekret"}}).status, 200);
     EXPECT_EQ(health(s)["status"], "ok");
+}
+
+// llama.cpp's utility routes: /tokenize (control tokens parsed unless asked not to; pieces as
+// text, or bytes for part of a character), /detokenize, /apply-template (the prompt a chat
+// request would be given); bad bodies are 400s.
+TEST(Server, TokenizeDetokenizeAndApplyTemplate) {
+    const char* name = "q3_4L_kmix";
+    Running s(name);
+    const auto& m = *model(name);
+    const std::string text = "<|im_start|>user\nhé 😀";
+    const Reply t = post(s, "/tokenize", Json{{"content", text}});
+    ASSERT_EQ(t.status, 200) << t.body.dump();
+    EXPECT_EQ(t.body["tokens"], Json(m.tokenize(text, true)));
+    const Reply plain = post(s, "/tokenize", Json{{"content", text}, {"parse_special", false}});
+    EXPECT_EQ(plain.body["tokens"], Json(m.tokenize(text, false)));
+    EXPECT_NE(plain.body["tokens"], t.body["tokens"]);
+
+    const Reply pieces = post(s, "/tokenize", Json{{"content", text}, {"with_pieces", true}});
+    ASSERT_EQ(pieces.status, 200) << pieces.body.dump();
+    std::string joined;
+    for (const auto& p : pieces.body["tokens"]) {
+        ASSERT_TRUE(p["id"].is_number_integer());
+        if (p["piece"].is_string()) joined += p["piece"].get<std::string>();
+        else for (const auto& b : p["piece"]) joined += static_cast<char>(b.get<int>());
+    }
+    EXPECT_EQ(joined, text) << "the pieces spell the text, bytes and all";
+
+    const Reply d = post(s, "/detokenize", Json{{"tokens", t.body["tokens"]}});
+    ASSERT_EQ(d.status, 200) << d.body.dump();
+    EXPECT_EQ(d.body["content"], text);
+
+    const Json chat = chat_body(kConversation, 4);
+    const Reply a = post(s, "/apply-template", chat);
+    ASSERT_EQ(a.status, 200) << a.body.dump();
+    EXPECT_EQ(a.body["prompt"], m.detokenize(diskformer::chat_prompt(m, to_messages(kConversation))));
+
+    for (const auto& [path, bad] : std::vector<std::pair<std::string, std::string>>{
+             {"/tokenize", "{}"}, {"/tokenize", R"({"content": 5})"}, {"/tokenize", R"({"content": "x", "with_pieces": 1})"},
+             {"/detokenize", R"({"tokens": [1, -1]})"}, {"/detokenize", R"({"tokens": [99999999]})"},
+             {"/detokenize", R"({"tokens": "1"})"}, {"/apply-template", R"({"messages": []})"}, {"/tokenize", "not json"}}) {
+        const Reply r = post(s, path, bad, {});
+        EXPECT_EQ(r.status, 400) << path << " " << bad << ": " << r.body.dump();
+        EXPECT_TRUE(r.body.contains("error")) << path << " " << bad;
+    }
 }
 
 TEST(Server, ModelsListsTheServedModel) {
