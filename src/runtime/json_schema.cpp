@@ -58,6 +58,26 @@ int bound(const OJ& v, const std::string& at, const char* key) {
     return static_cast<int>(v.get<int64_t>());
 }
 
+// The string formats JSON mode enforces, as patterns of their syntax (RFC 3339 dates and times,
+// RFC 4122 UUIDs, dotted-quad IPv4, a common subset of e-mail addresses: every string generated
+// is valid, not every valid one can be generated). Calendar checks (February 30) are not made.
+// Other formats stay annotations.
+const char* format_pattern(const std::string& format) {
+#define DF_DATE "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])"
+#define DF_TIME "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d{1,9})?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)"
+#define DF_OCTET "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+    if (format == "date") return "^" DF_DATE "$";
+    if (format == "time") return "^" DF_TIME "$";
+    if (format == "date-time") return "^" DF_DATE "[Tt]" DF_TIME "$";
+    if (format == "uuid") return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+    if (format == "ipv4") return "^(" DF_OCTET "\\.){3}" DF_OCTET "$";
+    if (format == "email") return "^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$";
+#undef DF_DATE
+#undef DF_TIME
+#undef DF_OCTET
+    return nullptr;
+}
+
 bool annotation(const std::string& k) {
     return k == "title" || k == "description" || k == "default" || k == "examples" || k == "format" || k == "$schema" ||
            k == "$id" || k == "$comment" || k == "strict" || k == "$defs" || k == "definitions";
@@ -177,20 +197,26 @@ public:
         if (s.contains("minLength")) n.min_length = bound(s["minLength"], at, "minLength");
         if (s.contains("maxLength")) n.max_length = bound(s["maxLength"], at, "maxLength");
         if (n.min_length > n.max_length) fail(at, "minLength exceeds maxLength");
-        if (s.contains("pattern")) {
-            const OJ& p = s["pattern"];
-            if (!p.is_string()) fail(at + "/pattern", "must be a string");
+        // A pattern, else a format JSON mode knows (format_pattern); with both, the pattern.
+        const char* format = s.contains("format") && s["format"].is_string() && (n.types & JsonSchema::kString)
+                                 ? format_pattern(s["format"].get<std::string>())
+                                 : nullptr;
+        if (s.contains("pattern") || format) {
+            const bool own = s.contains("pattern");
+            const OJ& p = own ? s["pattern"] : OJ(format);
+            const std::string where = at + (own ? "/pattern" : "/format");
+            if (!p.is_string()) fail(where, "must be a string");
             try {
                 regexes.push_back(JsonRegex::compile(p.get<std::string>()));
             } catch (const Error& e) {
-                fail(at + "/pattern", std::string(e.what()).substr(9));  // without its "pattern: "
+                fail(where, std::string(e.what()).substr(9));  // without its "pattern: "
             }
             n.pattern = static_cast<int>(regexes.size()) - 1;
             // enum / const strings are generated as written: each must match too.
             for (const auto& c : n.choices) {
                 const OJ e = OJ::parse(c);
                 if (e.is_string() && !regexes.back().matches(e.get<std::string>()))
-                    fail(at + "/pattern", c + " (an enum value) does not match it");
+                    fail(where, c + " (an enum value) does not match it");
             }
         }
         double real_lo = -HUGE_VAL, real_hi = HUGE_VAL;

@@ -394,6 +394,32 @@ TEST(JsonSchema, PatternsRefuseTheFirstByteThatCannotMatch) {
     EXPECT_NO_THROW(JsonSchema::compile(R"({"type": "object", "properties": {"a": {"enum": ["x", "y"], "pattern": "^.$"}}})"));
 }
 
+// Formats JSON mode knows are enforced as their syntax (pydantic writes "format": "date-time"
+// for a datetime); a pattern beside one wins; unknown formats stay annotations.
+TEST(JsonSchema, KnownFormatsAreEnforced) {
+    const JsonSchema schema = JsonSchema::compile(R"({"type": "object", "properties": {
+        "d": {"type": "string", "format": "date"}, "t": {"type": "string", "format": "time"},
+        "dt": {"type": "string", "format": "date-time"}, "u": {"type": "string", "format": "uuid"},
+        "ip": {"type": "string", "format": "ipv4"}, "e": {"type": "string", "format": "email"},
+        "any": {"format": "date"}, "own": {"type": "string", "format": "date", "pattern": "^x$"},
+        "uri": {"type": "string", "format": "uri"}}})");
+    for (const std::string& v : std::vector<std::string>{
+             R"({"d": "2026-12-05"})", R"({"t": "23:59:60.5+01:00"})", R"({"t": "00:00:00Z"})",
+             R"({"dt": "2026-12-05T10:41:05.123Z"})", R"({"dt": "1999-01-31t00:00:00-12:30"})",
+             R"({"u": "123e4567-E89B-12d3-a456-426614174000"})", R"({"ip": "192.168.0.255"})", R"({"ip": "0.0.0.0"})",
+             R"({"e": "a.b+c@example.co.uk"})", R"({"any": 5})", R"({"any": "2000-02-29"})", R"({"own": "x"})",
+             R"({"uri": "not checked"})"}) {
+        EXPECT_EQ(accepted(v, &schema), v.size()) << v;
+    }
+    for (const std::string& c : std::vector<std::string>{
+             R"({"d": "2026-1|3)", R"({"d": "2026-12-3|2)", R"({"d": "26|-)", R"({"t": "2|4:)", R"({"t": "12:00:00|")",
+             R"({"t": "12:00:00+2|5)", R"({"dt": "2026-12-05| )", R"({"dt": "2026-12-05T10:41|")", R"({"u": "123e4567-|)",
+             R"({"u": "123e456|g)", R"({"ip": "25|6)", R"({"ip": "1.2.3|")", R"({"ip": "0|1)", R"({"e": "|@)", R"({"e": "a@b|")",
+             R"({"any": "2000-1|3)", R"({"own": "|2)"}) {
+        expect_refused_at_bar(c, schema);
+    }
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
     for (const char* bad : {R"j({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x(?=y)"}}})j",
                             R"({"type": "object", "properties": {"a": {"enum": [[1], 2]}}})",
