@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,8 @@ std::string store_root();
 inline CLI::Validator model_file_or_name() {
     return CLI::Validator(
         [](std::string& arg) -> std::string {
+            std::error_code ec;
+            if (std::filesystem::is_regular_file(arg, ec)) return {};  // a file needs no store (nor a HOME)
             try {
                 arg = diskformer::store::resolve_model(arg, diskformer::store::Store(store_root()));
                 return {};

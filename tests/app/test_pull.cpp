@@ -113,6 +113,19 @@ TEST(Pull, IntoTheStoreWhereRunFindsItByName) {
     EXPECT_FALSE(fs::exists(dir / "home" / "models" / "Tiny-Q8_0.gguf"));
     EXPECT_EQ(df::test::run_diskformer("rm Tiny-Q8_0").code, 1);
     ::unsetenv("DISKFORMER_HOME");
+
+    // With no store to be found (no HOME), a file still runs; a name says what is missing.
+    const std::string home = std::getenv("HOME") ? std::getenv("HOME") : "";
+    const std::string xdg = std::getenv("XDG_DATA_HOME") ? std::getenv("XDG_DATA_HOME") : "";
+    ::unsetenv("HOME");
+    ::unsetenv("XDG_DATA_HOME");
+    const auto file = df::test::run_diskformer("run -m " + df::test::shell_quote(tiny) + " --backend cpu -p hi -n 2");
+    const auto named = df::test::run_diskformer("run -m tiny --backend cpu -p hi -n 2");
+    if (!home.empty()) ::setenv("HOME", home.c_str(), 1);
+    if (!xdg.empty()) ::setenv("XDG_DATA_HOME", xdg.c_str(), 1);
+    EXPECT_EQ(file.code, 0) << file.err;
+    EXPECT_EQ(named.code, 1);
+    EXPECT_NE(named.err.find("DISKFORMER_HOME"), std::string::npos) << named.err;
     fs::remove_all(dir);
 }
 
