@@ -65,34 +65,32 @@ class Parser {
 public:
     explicit Parser(std::vector<uint32_t> p) : p_(std::move(p)) {}
 
-    // The whole pattern, unanchored ends given an any-string loop.
+    // The whole pattern: each top-level alternative may begin with '^' and end with '$'; an
+    // end without one gets an any-string loop (a match may lie anywhere, as in a search).
     Ast parse() {
-        bool anchored_start = false, anchored_end = false;
-        if (!p_.empty() && p_[0] == '^') {
-            anchored_start = true;
+        const Ast any{Ast::repeat, {}, {Ast{Ast::chars, {{0, kMaxCp}}, {}, 0, 0}}, 0, -1};
+        Ast top{Ast::alt, {}, {}};
+        for (;;) {
+            const bool start = at('^');
+            if (start) ++i_;
+            Ast branch;
+            if (!start) branch.kids.push_back(any);
+            branch.kids.push_back(sequence());
+            if (at('$')) {
+                ++i_;
+                if (i_ < p_.size() && !at('|')) fail("'$' is supported only at the end of the pattern or of an alternative");
+            } else {
+                branch.kids.push_back(any);
+            }
+            top.kids.push_back(std::move(branch));
+            if (!at('|')) break;
             ++i_;
         }
-        if (!p_.empty() && p_.back() == '$' && (p_.size() < 2 || !escaped_at(p_.size() - 1)) && p_.size() > i_) {
-            anchored_end = true;
-            p_.pop_back();
-        }
-        Ast body = alternation();
         if (i_ != p_.size()) fail(p_[i_] == ')' ? "unbalanced ')'" : "cannot read the pattern here");
-        Ast all;
-        const Ast any{Ast::repeat, {}, {Ast{Ast::chars, {{0, kMaxCp}}, {}, 0, 0}}, 0, -1};
-        if (!anchored_start) all.kids.push_back(any);
-        all.kids.push_back(std::move(body));
-        if (!anchored_end) all.kids.push_back(any);
-        return all;
+        return top.kids.size() == 1 ? std::move(top.kids[0]) : top;
     }
 
 private:
-    // Whether the code point at k is escaped (an odd run of backslashes before it).
-    bool escaped_at(size_t k) const {
-        size_t n = 0;
-        while (k > n && p_[k - n - 1] == '\\') ++n;
-        return n % 2 == 1;
-    }
     bool at(uint32_t c) const { return i_ < p_.size() && p_[i_] == c; }
 
     Ast alternation() {
@@ -108,7 +106,7 @@ private:
 
     Ast sequence() {
         Ast s;
-        while (i_ < p_.size() && !at('|') && !at(')')) s.kids.push_back(quantified());
+        while (i_ < p_.size() && !at('|') && !at(')') && !(depth_ == 0 && at('$'))) s.kids.push_back(quantified());
         return s;
     }
 
@@ -191,7 +189,7 @@ private:
             case '+':
             case '?': fail("nothing to repeat before '" + std::string(1, static_cast<char>(c)) + "'");
             case '^':
-            case '$': fail("'^' and '$' are supported only at the start and the end of the whole pattern");
+            case '$': fail("'^' and '$' are supported only at the start and the end of the pattern or of a top-level alternative");
             case '\\': return chars(escape(false));
             default: return chars({{c, c}});
         }

@@ -5,10 +5,10 @@
 // Supported: literals, `.`, classes `[...]` (ranges, negation, \d \w \s inside), the escapes
 // \d \D \w \W \s \S \t \n \r \f \v \0 \xHH \uXXXX and escaped punctuation, groups `( )`,
 // `(?: )`, `(?<name> )`, alternation, the quantifiers * + ? {n} {n,} {n,m} (lazy forms match the
-// same strings), `^` at the start and `$` at the end. As in JSON Schema the pattern is not
-// anchored: without `^` / `$` it may match anywhere in the string. Refused with a clear error:
-// backreferences, lookaround, word boundaries, \p{...}, anchors elsewhere, patterns above
-// kMaxStates states once repetitions are expanded.
+// same strings), `^` / `$` at the start / end of the pattern or of a top-level alternative. As
+// in JSON Schema the pattern is not anchored: without `^` / `$` it may match anywhere in the
+// string. Refused with a clear error: backreferences, lookaround, word boundaries, \p{...},
+// anchors elsewhere, patterns above kMaxStates states once repetitions are expanded.
 #pragma once
 
 #include <array>

@@ -324,7 +324,7 @@ TEST(JsonRegex, MatchesWhatEcmaScriptRegexSearchMatches) {
         "a", "^a", "a$", "^a$", "^$", "", "ab|ba", "^(ab|b)*$", "^a+b?$", "^a{2}$", "^a{2,}$", "^a{1,3}b$",
         "^[ab]{2,3}$", "^[^a]+$", "^.b", "c.", "^\\d+$", "^\\D", "\\w\\W", "\\s", "^\\S*$", "^(?:a|bc)+$",
         "^a*?b+?$", "[a-c]{3}", "^[\\d-]+$", "^-?\\d{1,2}(\\.\\d)?$", "^a{0,0}b$", "^\\$",
-        "^\\.a", "[.]", "^[\\]a]+$", "^(a|)b$", "^((a|b)c)*$", "^\\x61", "^\\u0062+$", "a{1}b{0,}c?", "[-a]", "^[^]$"};
+        "^\\.a", "[.]", "^[\\]a]+$", "^(a|)b$", "^((a|b)c)*$", "^\\x61", "^\\u0062+$", "a{1}b{0,}c?", "[-a]", "^[^]$", "^a|b", "a|b$", "^a$|^b$", "^a|b$|c", "a$|^b|^$"};
     const std::string alphabet = "ab1 .-c$\n";
     std::vector<std::string> texts{""};
     for (size_t len = 1, from = 0; len <= 4; ++len) {
@@ -355,9 +355,10 @@ TEST(JsonRegex, CodePointsBeyondAscii) {
     EXPECT_TRUE(JsonRegex::compile("^x{,2}$").matches("x{,2}")) << "not a quantifier: a literal '{' (Annex B)";
     EXPECT_TRUE(JsonRegex::compile("^(?<year>\\d{4})-(?:\\d\\d)$").matches("2026-12"));  // a named group
     EXPECT_FALSE(JsonRegex::compile("^.$").matches("\u2028"));
+    const std::string deep(100000, '(');  // groups past the parser's depth
     for (const char* bad : {"(a)\\1", "a(?=b)", "a(?!b)", "(?<=a)b", "(?<!a)b", "\\bword", "\\p{L}", "a^b", "a$b", "*a",
-                            "a**", "(ab", "ab)", "[ab", "a{3,1}", "a{1001}", "\\", "\\q", "[z-a]", "\\cA", "(a{100}){100}",
-                            "[]", "^[^\\s\\S]$", std::string(100000, '(').c_str()}) {
+                            "a**", "(ab", "ab)", "[ab", "(^a)", "(a$)", "a$b|c", "a|b^", "a{3,1}", "a{1001}", "\\", "\\q", "[z-a]", "\\cA", "(a{100}){100}",
+                            "[]", "^[^\\s\\S]$", deep.c_str()}) {
         EXPECT_THROW(JsonRegex::compile(bad), diskformer::Error) << bad;
     }
 }
