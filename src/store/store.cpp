@@ -4,8 +4,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -18,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "diskformer/store.h"
+#include "store/hash.h"
 
 namespace diskformer::store {
 namespace {
@@ -32,39 +31,6 @@ std::string now_utc() {
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
     return buf;
-}
-
-std::string hex(const unsigned char* md, unsigned len) {
-    static const char* digits = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < len; ++i) {
-        out += digits[md[i] >> 4];
-        out += digits[md[i] & 15];
-    }
-    return out;
-}
-
-// Copies src to dst while hashing what was read (one pass over the source); returns the sha256.
-std::string copy_hashing(const fs::path& src, const fs::path& dst) {
-    std::unique_ptr<FILE, int (*)(FILE*)> in(std::fopen(src.c_str(), "rb"), std::fclose);
-    if (!in) throw Error("cannot read " + src.string() + ": " + std::strerror(errno));
-    std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(dst.c_str(), "wb"), std::fclose);
-    if (!out) throw Error("cannot write " + dst.string() + ": " + std::strerror(errno));
-    std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw Error("sha256: OpenSSL could not start a digest");
-    std::vector<unsigned char> buf(size_t{4} << 20);
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), in.get())) > 0) {
-        EVP_DigestUpdate(ctx.get(), buf.data(), n);
-        if (std::fwrite(buf.data(), 1, n, out.get()) != n) throw Error("cannot write " + dst.string() + ": " + std::strerror(errno));
-    }
-    if (std::ferror(in.get())) throw Error("cannot read " + src.string() + ": " + std::strerror(errno));
-    if (std::fflush(out.get()) != 0 || ::fsync(::fileno(out.get())) != 0)
-        throw Error("cannot write " + dst.string() + ": " + std::strerror(errno));
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    EVP_DigestFinal_ex(ctx.get(), md, &len);
-    return hex(md, len);
 }
 
 // The catalog, locked for the object's lifetime; save() replaces the file whole.
@@ -197,7 +163,7 @@ Entry Store::import(const std::string& file, const std::string& name, ImportMode
     switch (mode) {
         case ImportMode::copy:
             try {
-                e.sha256 = copy_hashing(src, part);
+                e.sha256 = copy_hashing(src.string(), part.string());
             } catch (...) {
                 fs::remove(part);
                 throw;
@@ -216,7 +182,7 @@ Entry Store::import(const std::string& file, const std::string& name, ImportMode
             fs::rename(src, part, ec);
             if (ec) {  // another filesystem: copy, check, then drop the original
                 try {
-                    if (copy_hashing(src, part) != e.sha256) throw Error("the copy of " + src.string() + " differs from it");
+                    if (copy_hashing(src.string(), part.string()) != e.sha256) throw Error("the copy of " + src.string() + " differs from it");
                 } catch (...) {
                     fs::remove(part);
                     throw;
