@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "quant/types.h"
@@ -87,6 +88,28 @@ struct GdnLayer {
     float* state = nullptr;          // [Hv, Dv, Dk]
 };
 
+// One sequence's rows in a batched attention (Backend::attention_lanes): rows [row0, row0 + s.T)
+// of the pass, its Step (s.pos inside the pass's positions, so that row r's is pass_pos[r]) and
+// its KV cache.
+struct AttnLane {
+    void* k_cache = nullptr;
+    void* v_cache = nullptr;
+    Step s;
+    int row0 = 0;
+};
+
+// One sequence's rows and recurrent state in a batched GDN mix (Backend::gdn_mix_lanes).
+struct GdnMixLane {
+    float* qkv = nullptr;          // as gdn_mix's arguments, for this sequence's T rows
+    const float* z = nullptr;
+    const float* alpha = nullptr;
+    const float* beta = nullptr;
+    float* conv_state = nullptr;
+    float* state = nullptr;
+    float* out = nullptr;
+    int T = 0;
+};
+
 // RoPE (NeoX pairing (i, i + n_rot/2) over the first n_rot dims of each head).
 struct RopeShape {
     int n_rot = 0;
@@ -158,6 +181,25 @@ public:
     virtual void attention(const float* q, const void* k_cache, const void* v_cache, KvType kt,
                            const AttnShape& a, const Step& s, float* out) = 0;
 
+    // The per-sequence part of an attention block over the rows of a batched forward: for each
+    // lane, what a lone forward issues (head_norm_rope of its q rows with q_norm and of its k rows
+    // with k_norm, kv_store of its k and v rows, attention of its q rows into its out rows), with
+    // those calls' bits (a backend may run all lanes as one launch per op). q [rows, a.q_row]
+    // (heads at a.q_stride), k and v [rows, kv_heads * head_dim], out [rows, heads * head_dim].
+    virtual void attention_lanes(std::span<const AttnLane> lanes, float* q, float* k, const float* v,
+                                 const float* q_norm, const float* k_norm, float eps, const RopeShape& rope,
+                                 KvType kt, const AttnShape& a, float* out) {
+        const int kv_dim = a.kv_heads * a.head_dim;
+        for (const AttnLane& ln : lanes) {
+            float* lq = q + static_cast<int64_t>(ln.row0) * a.q_row;
+            float* lk = k + static_cast<int64_t>(ln.row0) * kv_dim;
+            head_norm_rope(lq, a.heads, a.head_dim, a.q_stride, a.q_row, q_norm, eps, rope, ln.s);
+            head_norm_rope(lk, a.kv_heads, a.head_dim, a.head_dim, kv_dim, k_norm, eps, rope, ln.s);
+            kv_store(lk, v + static_cast<int64_t>(ln.row0) * kv_dim, ln.k_cache, ln.v_cache, kt, kv_dim, ln.s);
+            attention(lq, ln.k_cache, ln.v_cache, kt, a, ln.s, out + static_cast<int64_t>(ln.row0) * a.heads * a.head_dim);
+        }
+    }
+
     // x[t, i] *= sigmoid(gate[t*gate_row + (i / width) * gate_stride + i % width]) for i < n.
     virtual void sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride,
                              int gate_row, int T) = 0;
@@ -189,6 +231,18 @@ public:
         gdn_conv(qkv, T, g, l.conv_w, l.conv_state);
         gdn_delta(qkv, alpha, beta, l.dt_bias, l.a_neg, T, g, eps, l.state, out);
         gated_rmsnorm(out, z, l.norm_w, T, g.v_heads, g.head_dim, eps, out);
+    }
+
+    // gdn_mix for several sequences of a batched forward: the small weights of w (its states
+    // unused) for all, each lane its own rows and states; every lane's results are those of its
+    // own gdn_mix call, bit for bit (a backend may run them as one launch).
+    virtual void gdn_mix_lanes(std::span<const GdnMixLane> lanes, const GdnLayer& w, const GdnShape& g, float eps) {
+        for (const GdnMixLane& ln : lanes) {
+            GdnLayer l = w;
+            l.conv_state = ln.conv_state;
+            l.state = ln.state;
+            gdn_mix(ln.qkv, ln.z, ln.alpha, ln.beta, l, ln.T, g, eps, ln.out);
+        }
     }
 
     // y[i] += x[i] for i < n.

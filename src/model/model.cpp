@@ -229,6 +229,9 @@ void Model::forward_lanes(State& scratch, std::span<const Lane> lanes) const {
     for (const Lane& l : lanes) {
         if (l.row0 != rows || l.s.T < 1 || l.st == &scratch || !l.st->tap_layers.empty())
             throw std::invalid_argument("forward_lanes: lanes must be consecutive rows of other states, without taps");
+        // The token-wise ops read every row's id and position from the scratch's buffers.
+        if (l.s.tokens != scratch.tokens + l.row0 || l.s.pos != scratch.pos + l.row0 || l.st->kv_type != lanes[0].st->kv_type)
+            throw std::invalid_argument("forward_lanes: a lane's ids and positions must be its rows of the scratch's, its KV type the others'");
         rows += l.s.T;
     }
     if (lanes.empty() || rows > scratch.chunk || rows > kVerifyRows)

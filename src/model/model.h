@@ -108,10 +108,12 @@ public:
     void forward(State& st, const Step& s, Output out) const;
     // Runs several sequences' tokens as one pass (continuous batching): the token-wise ops
     // (embedding, norms, projections, FFN, LM head) over all rows at once, the per-sequence ones
-    // (RoPE + KV store, attention, the GDN mixer) per lane on its own state, in the order a lone
-    // forward issues them. At most kVerifyRows rows in all, so each row gets the bits a one-token
-    // step of its sequence would (DESIGN.md, numerics). Each lane's last row's logits and argmax
-    // land in its state's logits / argmax row 0 (no ArgmaxFeed). Lanes without block-drafter taps.
+    // (RoPE + KV store, attention, the GDN mixer) on each lane's own state (Backend::attention_lanes,
+    // gdn_mix_lanes), in the order a lone forward issues them. At most kVerifyRows rows in all, so
+    // each row gets the bits a one-token step of its sequence would (DESIGN.md, numerics). Each
+    // lane's last row's logits and argmax land in its state's logits / argmax row 0 (no
+    // ArgmaxFeed). Lanes without block-drafter taps; a lane's ids and positions are its rows of the
+    // scratch's buffers, and all lanes share one KV type.
     void forward_lanes(State& scratch, std::span<const Lane> lanes) const;
 
 private:

@@ -3,6 +3,7 @@
 // equal bit for bit over consecutive calls, for Hv / Hk = 1..4, odd Hk and 1, 2 or 4 blocks per head.
 // The three kernels are checked against the CPU backend in test_cuda_ops.cpp and test_cuda_imma.cpp.
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -137,6 +138,94 @@ TEST(CudaGdnStep, EqualsConvDeltaRuleAndGatedNormBitForBit) {
     check_shape(16, 48, false, {2, 1});
 }
 
+// A batched pass's lanes (GdnStepArgs::lanes) in one launch against one launch per lane: each
+// lane's outputs and states bit for bit, lanes of 1..3 tokens, 2..8 lanes.
+void check_lanes(int Hk, int Hv, std::initializer_list<int> Ts) {
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    const cudaStream_t st = cuda.stream();
+    auto g = test_rng();
+    const int n = static_cast<int>(Ts.size()), C = (2 * Hk + Hv) * kD, cols = Hv * kD;
+    SCOPED_TRACE("Hk " + std::to_string(Hk) + " Hv " + std::to_string(Hv) + " lanes " + std::to_string(n));
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f), a_dist(1.f, 16.f), dt(-7.f, -2.f);
+    std::vector<float> convw(static_cast<size_t>(C) * kTaps), dt_bias(Hv), a_neg(Hv);
+    for (auto& v : convw) v = u(g);
+    for (auto& v : a_neg) v = -a_dist(g);
+    for (auto& v : dt_bias) v = dt(g);
+    Buf<float> cw(gpu, convw), db(gpu, dt_bias), an(gpu, a_neg), nw(gpu, randn(g, kD));
+    Buf<uint32_t> counters(gpu, std::vector<uint32_t>(static_cast<size_t>(Hk) * n + 1, 0u));
+    struct Lane {
+        std::unique_ptr<Buf<float>> x, z, al, be, cs[2], ss[2], o[2];
+        int T;
+    };
+    std::vector<Lane> lanes;
+    for (const int T : Ts) {
+        Lane l;
+        l.T = T;
+        l.x = std::make_unique<Buf<float>>(gpu, randn(g, static_cast<size_t>(T) * C));
+        l.z = std::make_unique<Buf<float>>(gpu, randn(g, static_cast<size_t>(T) * cols, 2.f));
+        l.al = std::make_unique<Buf<float>>(gpu, randn(g, static_cast<size_t>(T) * Hv));
+        l.be = std::make_unique<Buf<float>>(gpu, randn(g, static_cast<size_t>(T) * Hv));
+        const auto cs0 = randn(g, static_cast<size_t>(kTaps - 1) * C), ss0 = randn(g, static_cast<size_t>(Hv) * kD * kD, 0.1f);
+        for (int k = 0; k < 2; ++k) {
+            l.cs[k] = std::make_unique<Buf<float>>(gpu, cs0);
+            l.ss[k] = std::make_unique<Buf<float>>(gpu, ss0);
+            l.o[k] = std::make_unique<Buf<float>>(gpu, static_cast<size_t>(T) * cols);
+            l.o[k]->poison();
+        }
+        lanes.push_back(std::move(l));
+    }
+    cuda::GdnStepArgs a;
+    a.conv_w = cw.p();
+    a.dt_bias = db.p();
+    a.a_neg = an.p();
+    a.norm_w = nw.p();
+    a.k_heads = Hk;
+    a.v_heads = Hv;
+    a.head_dim = kD;
+    a.taps = kTaps;
+    a.eps = 1e-6f;
+    a.counters = counters.p();
+    a.counter_count = Hk * n;
+    for (int round = 0; round < 2; ++round) {  // twice: the second over the states the first left
+        cuda::GdnStepArgs all = a;
+        all.lanes = n;
+        for (int i = 0; i < n; ++i) {
+            Lane& l = lanes[i];
+            all.lane[i] = {l.x->p(), l.z->p(), l.al->p(), l.be->p(), l.cs[0]->p(), l.ss[0]->p(), l.o[0]->p(), l.T};
+            cuda::GdnStepArgs one = a;
+            one.qkv = l.x->p();
+            one.z = l.z->p();
+            one.alpha = l.al->p();
+            one.beta = l.be->p();
+            one.conv_state = l.cs[1]->p();
+            one.state = l.ss[1]->p();
+            one.out = l.o[1]->p();
+            one.T = l.T;
+            ASSERT_TRUE(cuda::gdn_step_fits(one));
+            cuda::launch_gdn_step(one, st);
+        }
+        ASSERT_TRUE(cuda::gdn_step_fits(all));
+        cuda::launch_gdn_step(all, st);
+        for (int i = 0; i < n; ++i) {
+            SCOPED_TRACE("lane " + std::to_string(i) + " round " + std::to_string(round));
+            const Lane& l = lanes[i];
+            expect_bits(*l.o[0], *l.o[1], l.o[0]->size(), "outputs");
+            expect_bits(*l.cs[0], *l.cs[1], l.cs[0]->size(), "conv state");
+            expect_bits(*l.ss[0], *l.ss[1], l.ss[0]->size(), "delta state");
+        }
+        EXPECT_EQ(counters.get(), std::vector<uint32_t>(static_cast<size_t>(Hk) * n + 1, 0u)) << "counters left zero";
+    }
+}
+
+TEST(CudaGdnStep, LanesInOneLaunchEqualOneLaunchPerLane) {
+    DF_REQUIRE_CUDA();
+    check_lanes(16, 48, {1, 1});
+    check_lanes(16, 48, {1, 1, 1, 1, 1, 1, 1, 1});
+    check_lanes(2, 4, {2, 1, 3});
+    check_lanes(3, 6, {1, 1, 1, 1, 1});
+}
+
 TEST(CudaGdnStep, FitsOnlyTheShapesItTakes) {  // host code only: runs without a GPU too
     cuda::GdnStepArgs a;
     alignas(16) static float buf[8];
@@ -166,6 +255,25 @@ TEST(CudaGdnStep, FitsOnlyTheShapesItTakes) {  // host code only: runs without a
     EXPECT_FALSE(with([](auto& b) { b.k_heads = 32; b.v_heads = 64; })); // more key heads than counters
     EXPECT_FALSE(with([](auto& b) { b.counters = nullptr; }));
     EXPECT_FALSE(with([&](auto& b) { b.out = buf + 1; }));               // misaligned
+    // Lanes: each its own T and alignment, Hk counters each, no conversion.
+    cuda::GdnStepArgs l = a;
+    l.lanes = 2;
+    l.lane[0] = {buf, buf, buf, buf, buf, buf, buf, 1};
+    l.lane[1] = {buf, buf, buf, buf, buf, buf, buf, 3};
+    EXPECT_FALSE(cuda::gdn_step_fits(l));  // 2 x 16 counters of 16
+    l.k_heads = 8;
+    l.v_heads = 16;
+    EXPECT_TRUE(cuda::gdn_step_fits(l));
+    auto lanes_with = [&](auto edit) {
+        cuda::GdnStepArgs b = l;
+        edit(b);
+        return cuda::gdn_step_fits(b);
+    };
+    EXPECT_FALSE(lanes_with([](auto& b) { b.lane[1].T = 9; }));
+    EXPECT_FALSE(lanes_with([](auto& b) { b.lane[1].T = 0; }));
+    EXPECT_FALSE(lanes_with([&](auto& b) { b.lane[1].z = buf + 1; }));
+    EXPECT_FALSE(lanes_with([](auto& b) { b.lanes = cuda::kGdnStepMaxLanes + 1; }));
+    EXPECT_FALSE(lanes_with([&](auto& b) { b.xq = reinterpret_cast<uint2*>(buf); }));
 }
 
 }  // namespace

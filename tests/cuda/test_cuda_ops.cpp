@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "backend/cuda/attention_prefill.h"
@@ -433,6 +434,93 @@ TEST(CudaBatchInvariance, AttentionRowsEqualOneTokenResults) {
             gpu.attention(q1.p(), kc.p(), vc.p(), kt, a, s1, o1.p());
             const auto one = o1.get();
             EXPECT_EQ(0, std::memcmp(one.data(), all.data() + static_cast<size_t>(t) * heads * D, one.size() * 4)) << "token " << t;
+        }
+    }
+}
+
+// A batched pass's attention block (Backend::attention_lanes: one prep and one attention launch
+// per band over rows of several sequences, each row with its own caches) against each lane's
+// lone calls (head_norm_rope of q and k, kv_store, attention): rows, caches and outputs bit for
+// bit, with lanes in both bands (the cluster kernel's and the split kernels') and a lane of 2 rows.
+TEST(CudaBatchInvariance, AttentionLanesEqualLoneCalls) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    for (const AttnMode mode : {AttnMode{16, 64}, AttnMode{0, 64}})
+    for (KvType kt : {KvType::f16, KvType::f32}) {
+        SCOPED_TRACE(mode_name(mode) + (kt == KvType::f16 ? " f16" : " f32"));
+        ScopedAttnMode scoped(mode);
+        const int heads = 8, kv_heads = 2, D = 128, n_rot = 64, q_stride = 2 * D, q_row = heads * q_stride;
+        const int kv_dim = kv_heads * D;
+        const size_t elem = kt == KvType::f16 ? 2 : 4;
+        const std::vector<int> pos0 = {7, 1500, 0, 2100, 40};  // lane 3 takes two rows
+        const std::vector<int> rows_of = {1, 1, 1, 2, 1};
+        const int n = static_cast<int>(pos0.size()), rows = 6;
+        const auto q = randn(g, static_cast<size_t>(rows) * q_row, 2.f), k = randn(g, static_cast<size_t>(rows) * kv_dim, 2.f);
+        const auto v = randn(g, static_cast<size_t>(rows) * kv_dim), qw = randn(g, D), kw = randn(g, D);
+        Buf<float> qa(gpu, q), ka(gpu, k), va(gpu, v), qwb(gpu, qw), kwb(gpu, kw), oa(gpu, static_cast<size_t>(rows) * heads * D);
+        oa.poison();
+        std::vector<int32_t> pos;
+        for (int i = 0; i < n; ++i)
+            for (int t = 0; t < rows_of[i]; ++t) pos.push_back(pos0[i] + t);
+        Buf<int32_t> pa(gpu, pos);
+        const RopeShape rope{n_rot, 1e6f};
+        const AttnShape a{heads, kv_heads, D, q_stride, q_row, 0.088f};
+        std::vector<std::unique_ptr<Buf<uint8_t>>> caches;  // per lane: k, v for the lanes; k, v alone
+        std::vector<AttnLane> lanes;
+        int row0 = 0;
+        for (int i = 0; i < n; ++i) {
+            const int ctx = pos0[i] + rows_of[i];
+            for (int c = 0; c < 4; ++c) caches.push_back(std::make_unique<Buf<uint8_t>>(gpu, elem * ctx * kv_dim, MemKind::kv));
+            if (pos0[i] > 0) {  // earlier rows, the same in both copies
+                const auto ek = randn(g, static_cast<size_t>(pos0[i]) * kv_dim), ev = randn(g, static_cast<size_t>(pos0[i]) * kv_dim);
+                std::vector<int32_t> ep(pos0[i]);
+                for (int r = 0; r < pos0[i]; ++r) ep[r] = r;
+                Buf<float> kb(gpu, ek), vb(gpu, ev);
+                Buf<int32_t> pb(gpu, ep);
+                Step s;
+                s.T = pos0[i];
+                s.pos = pb.p();
+                for (int c = 0; c < 4; c += 2) gpu.kv_store(kb.p(), vb.p(), caches[4 * i + c]->p(), caches[4 * i + c + 1]->p(), kt, kv_dim, s);
+            }
+            AttnLane ln;
+            ln.k_cache = caches[4 * i]->p();
+            ln.v_cache = caches[4 * i + 1]->p();
+            ln.s.T = rows_of[i];
+            ln.s.pos = pa.p() + row0;
+            ln.s.pos0_hint = pos0[i];
+            ln.s.max_ctx = ctx;
+            ln.row0 = row0;
+            lanes.push_back(ln);
+            row0 += rows_of[i];
+        }
+        gpu.attention_lanes(lanes, qa.p(), ka.p(), va.p(), qwb.p(), kwb.p(), 1e-6f, rope, kt, a, oa.p());
+        const auto qall = qa.get(), kall = ka.get(), oall = oa.get();
+        for (int i = 0; i < n; ++i) {
+            SCOPED_TRACE("lane " + std::to_string(i));
+            const AttnLane& ln = lanes[i];
+            const int T = ln.s.T;
+            auto part = [&](const std::vector<float>& x, int width) {
+                return std::vector<float>(x.begin() + static_cast<size_t>(ln.row0) * width, x.begin() + static_cast<size_t>(ln.row0 + T) * width);
+            };
+            Buf<float> q1(gpu, part(q, q_row)), k1(gpu, part(k, kv_dim)), v1(gpu, part(v, kv_dim));
+            Buf<float> o1(gpu, static_cast<size_t>(T) * heads * D);
+            o1.poison();
+            Buf<int32_t> p1(gpu, std::vector<int32_t>(pos.begin() + ln.row0, pos.begin() + ln.row0 + T));
+            Step s = ln.s;
+            s.pos = p1.p();
+            void* kc = caches[4 * i + 2]->p();
+            void* vc = caches[4 * i + 3]->p();
+            gpu.head_norm_rope(q1.p(), heads, D, q_stride, q_row, qwb.p(), 1e-6f, rope, s);
+            gpu.head_norm_rope(k1.p(), kv_heads, D, D, kv_dim, kwb.p(), 1e-6f, rope, s);
+            gpu.kv_store(k1.p(), v1.p(), kc, vc, kt, kv_dim, s);
+            gpu.attention(q1.p(), kc, vc, kt, a, s, o1.p());
+            EXPECT_TRUE(q1.get() == part(qall, q_row)) << "q rows";
+            EXPECT_TRUE(k1.get() == part(kall, kv_dim)) << "k rows";
+            EXPECT_TRUE(caches[4 * i]->get() == caches[4 * i + 2]->get()) << "k cache";
+            EXPECT_TRUE(caches[4 * i + 1]->get() == caches[4 * i + 3]->get()) << "v cache";
+            const auto one = o1.get(), all = part(oall, heads * D);
+            EXPECT_EQ(0, std::memcmp(one.data(), all.data(), one.size() * 4)) << "outputs";
         }
     }
 }

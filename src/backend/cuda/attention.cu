@@ -172,8 +172,8 @@ template <int DPL, bool kHalf, int G, int W>
 constexpr int ring_smem_bytes() { return W * kRingStages * 2 * ring_tile_bytes<DPL, kHalf, G>(); }
 
 template <int DPL, bool kHalf, int G, int W>
-DF_DEV void attend_keys_ring(const AttnArgs& a, const float* q, int q_stride, int group, int kvh, int k_begin, int k_end,
-                             int warp, int lane, uint8_t* ring, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
+DF_DEV void attend_keys_ring(const AttnArgs& a, const void* k_cache, const void* v_cache, const float* q, int q_stride,
+                             int group, int kvh, int k_begin, int k_end, int warp, int lane, uint8_t* ring, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
     constexpr int D = 32 * DPL, E = kHalf ? 2 : 4, RB = D * E, KT = ring_tile_keys<DPL, kHalf, G>(), LK = KT == 8 ? 3 : 2;
     constexpr int S = kRingStages, TB = ring_tile_bytes<DPL, kHalf, G>(), CH = TB / 16, NC = (CH + 31) / 32;
     constexpr unsigned kAll = 0xffffffffu;
@@ -182,8 +182,8 @@ DF_DEV void attend_keys_ring(const AttnArgs& a, const float* q, int q_stride, in
     attend_init<DPL, G>(q, q_stride, group, lane, a.scale, qv, m, l, acc);
     const int tiles = (k_end - k_begin + KT - 1) / KT;
     const int mine = warp < tiles ? (tiles - warp + W - 1) / W : 0;  // tiles warp, warp + W, ...
-    const auto* kc = static_cast<const uint8_t*>(a.k_cache);
-    const auto* vc = static_cast<const uint8_t*>(a.v_cache);
+    const auto* kc = static_cast<const uint8_t*>(k_cache);
+    const auto* vc = static_cast<const uint8_t*>(v_cache);
     const int64_t row_bytes = static_cast<int64_t>(a.kv_heads) * RB, head_off = static_cast<int64_t>(kvh) * RB;
     auto issue = [&](int i) {
         if (i < mine) {
@@ -283,8 +283,8 @@ DF_DEV void attend_keys_ring(const AttnArgs& a, const float* q, int q_stride, in
 // heads has no branch and their independent reductions interleave (with a break at `group` they
 // ran one after another). Lane owns dims lane * DPL .. lane * DPL + DPL - 1 of acc.
 template <int DPL, bool kHalf, int G, int W>
-DF_DEV void attend_keys(const AttnArgs& a, const float* q, int q_stride, int group, int kvh, int k_begin, int k_end,
-                        int warp, int lane, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
+DF_DEV void attend_keys(const AttnArgs& a, const void* k_cache, const void* v_cache, const float* q, int q_stride,
+                        int group, int kvh, int k_begin, int k_end, int warp, int lane, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
     constexpr int D = 32 * DPL;
     float qv[G][DPL];
     attend_init<DPL, G>(q, q_stride, group, lane, 1.f, qv, m, l, acc);
@@ -298,8 +298,8 @@ DF_DEV void attend_keys(const AttnArgs& a, const float* q, int q_stride, int gro
     for (int j = 0; j < kAhead; ++j) {
         const int key = k_begin + warp + W * j;
         if (key < k_end) {
-            load_raw<DPL, kHalf>(a.k_cache, key * kv_row + col, kraw[j]);
-            load_raw<DPL, kHalf>(a.v_cache, key * kv_row + col, vraw[j]);
+            load_raw<DPL, kHalf>(k_cache, key * kv_row + col, kraw[j]);
+            load_raw<DPL, kHalf>(v_cache, key * kv_row + col, vraw[j]);
         }
     }
     for (int base = k_begin + warp; base < k_end; base += kAhead * W) {
@@ -312,8 +312,8 @@ DF_DEV void attend_keys(const AttnArgs& a, const float* q, int q_stride, int gro
             unpack_row(vraw[j], vr);
             const int next = key + kAhead * W;
             if (next < k_end) {
-                load_raw<DPL, kHalf>(a.k_cache, next * kv_row + col, kraw[j]);
-                load_raw<DPL, kHalf>(a.v_cache, next * kv_row + col, vraw[j]);
+                load_raw<DPL, kHalf>(k_cache, next * kv_row + col, kraw[j]);
+                load_raw<DPL, kHalf>(v_cache, next * kv_row + col, vraw[j]);
             }
 #pragma unroll
             for (int i = 0; i < G; ++i) {
@@ -381,8 +381,22 @@ DF_DEV void merge_warps(int group, int warp, int lane, const float (&m)[G], cons
 
 // Grid (split, kv head x head chunk, token); the splits' results are written to `partial` and
 // combined by attn_combine_kernel (or written directly when the context takes one split).
-template <int DPL, bool kHalf, int G>
-__global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a, int group, int nsplit) {
+// Token t's keys and values (both kernels): the call's caches, or (rows of several sequences,
+// Backend::attention_lanes: the *_rows_kernel instances) each row's own. The rows' pointers are a
+// parameter of those instances alone, so the lone kernels' parameters stay as they were.
+struct CallCaches {
+    const AttnArgs& a;
+    DF_DEV const void* k(int) const { return a.k_cache; }
+    DF_DEV const void* v(int) const { return a.v_cache; }
+};
+struct PerRowCaches {
+    const RowCaches& rc;
+    DF_DEV const void* k(int t) const { return param_pick(rc.k, t); }
+    DF_DEV const void* v(int t) const { return param_pick(rc.v, t); }
+};
+
+template <int DPL, bool kHalf, int G, class Caches>
+DF_DEV void attn_split_block(const AttnArgs& a, int group, int nsplit, const Caches& caches) {
     pdl_trigger();  // the split before pdl_wait: no kernel of this forward writes positions (launch.cuh)
     constexpr int D = 32 * DPL;
     const int split = blockIdx.x, t = blockIdx.z;
@@ -400,7 +414,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     extern __shared__ __align__(16) uint8_t ring[];  // the warps' rings, then the warps' outputs
     float m[G], l[G], acc[G][DPL];
     const float* q = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
-    attend_keys_ring<DPL, kHalf, G, kAttnWarps>(a, q, a.q_stride, group, kvh, k_begin, k_end, warp, lane,
+    attend_keys_ring<DPL, kHalf, G, kAttnWarps>(a, caches.k(t), caches.v(t), q, a.q_stride, group, kvh, k_begin, k_end, warp, lane,
                                                 ring + warp * (ring_smem_bytes<DPL, kHalf, G, kAttnWarps>() / kAttnWarps), m, l, acc);
     trace_phase(1);  // its keys done
     __shared__ float sm_m[kAttnWarps * G], sm_l[kAttnWarps * G], sm_f[kAttnWarps * G];
@@ -423,6 +437,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a,
     trace_phase(2);  // merged and written
 }
 
+template <int DPL, bool kHalf, int G>
+__global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(const AttnArgs a, int group, int nsplit) {
+    attn_split_block<DPL, kHalf, G>(a, group, nsplit, CallCaches{a});
+}
+template <int DPL, bool kHalf, int G>
+__global__ void __launch_bounds__(kAttnWarps * 32) attn_rows_kernel(const AttnArgs a, int group, int nsplit, const RowCaches rc) {
+    attn_split_block<DPL, kHalf, G>(a, group, nsplit, PerRowCaches{rc});
+}
+
 // The same attention without a second kernel. Grid (C, kv head x head chunk, token) in clusters
 // of C blocks along x: block s takes split s of cluster_key_split(n_kv, C) (a split may be empty:
 // its block still takes part in the cluster's barriers), and the C blocks merge their results
@@ -437,8 +460,8 @@ constexpr size_t attn_cluster_smem_bytes() {
     return sizeof(float) * (3 * W * G + W * G * 32 * DPL + 2 * G + G * 32 * DPL + kClusterMax * G + G);
 }
 
-template <int DPL, bool kHalf, int G, int W>
-__global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, int group) {
+template <int DPL, bool kHalf, int G, int W, class Caches>
+DF_DEV void attn_cluster_block(const AttnArgs& a, int group, const Caches& caches) {
     pdl_trigger();  // the split before pdl_wait: no kernel of this forward writes positions (launch.cuh)
     constexpr int D = 32 * DPL;
     cg::cluster_group cluster = cg::this_cluster();
@@ -458,7 +481,7 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
 
     float m[G], l[G], acc[G][DPL];
     const float* q = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
-    attend_keys<DPL, kHalf, G, W>(a, q, a.q_stride, group, kvh, k_begin, k_end, warp, lane, m, l, acc);
+    attend_keys<DPL, kHalf, G, W>(a, caches.k(t), caches.v(t), q, a.q_stride, group, kvh, k_begin, k_end, warp, lane, m, l, acc);
     trace_phase(1);  // its keys done
 
     extern __shared__ float smem[];
@@ -515,6 +538,15 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
     trace_phase(5);  // its outputs written
     cluster.sync();  // no block leaves while another may still read its shared memory
     trace_phase(6);
+}
+
+template <int DPL, bool kHalf, int G, int W>
+__global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, int group) {
+    attn_cluster_block<DPL, kHalf, G, W>(a, group, CallCaches{a});
+}
+template <int DPL, bool kHalf, int G, int W>
+__global__ void __launch_bounds__(W * 32) attn_cluster_rows_kernel(const AttnArgs a, int group, const RowCaches rc) {
+    attn_cluster_block<DPL, kHalf, G, W>(a, group, PerRowCaches{rc});
 }
 
 // out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
@@ -584,22 +616,29 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
 // The split depends on the head layout and the device only (not on T): a token's result is then
 // the same in a one-token step and in a verify pass of up to 8 tokens.
 template <int DPL, int G>
-void attn_split_launch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
+void attn_split_launch(const AttnArgs& a, const RowCaches* rows, int base_blocks, int group, cudaStream_t s) {
     const size_t per_split = static_cast<size_t>(kMaxDecodeTokens) * a.heads * (a.head_dim + 2);
     int nsplit = 1;
     auto go = [&]<bool kHalf>() {
-        auto* kernel = attn_kernel<DPL, kHalf, G>;
+        auto* lone = attn_kernel<DPL, kHalf, G>;
+        auto* per_row = attn_rows_kernel<DPL, kHalf, G>;
         constexpr int smem = ring_smem_bytes<DPL, kHalf, G, kAttnWarps>();
         static int per_sm = 0;  // ops are issued from one thread
         if (per_sm == 0) {
-            DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kAttnWarps * 32, smem));
+            DF_CUDA_CHECK(cudaFuncSetAttribute(lone, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            DF_CUDA_CHECK(cudaFuncSetAttribute(per_row, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lone, kAttnWarps * 32, smem));
             per_sm = std::max(per_sm, 1);
         }
-        // One wave of one token's blocks: the device's resident blocks over the head groups.
+        // One wave of one token's blocks: the device's resident blocks over the head groups (the
+        // lone kernel's, for rows of several sequences too: the split is what fixes the bits).
         nsplit = std::clamp(per_sm * a.sm_count / base_blocks, 1, kMaxSplits);
         while (nsplit > 1 && per_split * nsplit > a.partial_floats) --nsplit;
-        launch(kernel, dim3(nsplit, base_blocks, a.T), kAttnWarps * 32, smem, s, a, group, nsplit);
+        const dim3 grid(nsplit, base_blocks, a.T);
+        if (rows)
+            launch(per_row, grid, kAttnWarps * 32, smem, s, a, group, nsplit, *rows);
+        else
+            launch(lone, grid, kAttnWarps * 32, smem, s, a, group, nsplit);
     };
     if (a.half_cache)
         go.template operator()<true>();
@@ -612,19 +651,26 @@ void attn_split_launch(const AttnArgs& a, int base_blocks, int group, cudaStream
 
 // The cluster kernel: one cluster of C blocks per head group and token.
 template <int DPL, bool kHalf, int G>
-void attn_cluster_launch(const AttnArgs& a, int base_blocks, int group, cudaStream_t s) {
+void attn_cluster_launch(const AttnArgs& a, const RowCaches* rows, int base_blocks, int group, cudaStream_t s) {
     constexpr int W = kClusterWarps;
-    auto* kernel = attn_cluster_kernel<DPL, kHalf, G, W>;
+    auto* lone = attn_cluster_kernel<DPL, kHalf, G, W>;
+    auto* per_row = attn_cluster_rows_kernel<DPL, kHalf, G, W>;
     constexpr size_t smem = attn_cluster_smem_bytes<DPL, G, W>();
     static bool ready = false;  // ops are issued from one thread
     if (!ready) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        for (const void* k : {reinterpret_cast<const void*>(lone), reinterpret_cast<const void*>(per_row)}) {
+            DF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+            DF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        }
         ready = true;
     }
     const int C = a.cluster;
     DF_CUDA_REQUIRE(C <= kClusterMax && (C & (C - 1)) == 0, "attention: cluster size must be 1, 2, 4, 8 or 16");
-    launch_cluster(kernel, dim3(C, base_blocks, a.T), W * 32, smem, s, C, a, group);
+    const dim3 grid(C, base_blocks, a.T);
+    if (rows)
+        launch_cluster(per_row, grid, W * 32, smem, s, C, a, group, *rows);
+    else
+        launch_cluster(lone, grid, W * 32, smem, s, C, a, group);
 }
 
 // The largest divisor of ratio up to cap: query heads per block.
@@ -637,16 +683,16 @@ inline int head_group(int ratio, int cap) {
 // The split kernels for head groups of `group` (at most split_heads): head registers exact for
 // 3 and 6 (the 27B's groups of 6; its per-key work is by far the largest), else a power of two.
 template <int DPL>
-void attn_split_dispatch(const AttnArgs& a, cudaStream_t s) {
+void attn_split_dispatch(const AttnArgs& a, const RowCaches* rows, cudaStream_t s) {
     const int ratio = a.heads / a.kv_heads, group = head_group(ratio, std::min(a.split_heads, kMaxGroup));
     const int base_blocks = a.kv_heads * (ratio / group);
     switch (group) {
-        case 1: attn_split_launch<DPL, 1>(a, base_blocks, group, s); break;
-        case 2: attn_split_launch<DPL, 2>(a, base_blocks, group, s); break;
-        case 3: attn_split_launch<DPL, 3>(a, base_blocks, group, s); break;
-        case 4: attn_split_launch<DPL, 4>(a, base_blocks, group, s); break;
-        case 6: attn_split_launch<DPL, 6>(a, base_blocks, group, s); break;
-        default: attn_split_launch<DPL, kMaxGroup>(a, base_blocks, group, s); break;
+        case 1: attn_split_launch<DPL, 1>(a, rows, base_blocks, group, s); break;
+        case 2: attn_split_launch<DPL, 2>(a, rows, base_blocks, group, s); break;
+        case 3: attn_split_launch<DPL, 3>(a, rows, base_blocks, group, s); break;
+        case 4: attn_split_launch<DPL, 4>(a, rows, base_blocks, group, s); break;
+        case 6: attn_split_launch<DPL, 6>(a, rows, base_blocks, group, s); break;
+        default: attn_split_launch<DPL, kMaxGroup>(a, rows, base_blocks, group, s); break;
     }
 }
 
@@ -654,13 +700,13 @@ void attn_split_dispatch(const AttnArgs& a, cudaStream_t s) {
 // others, as far as the host's pos0_hint tells which are there (a kernel launched alone takes
 // every token, so a stale hint costs speed, never correctness).
 template <int DPL>
-void attn_dispatch(const AttnArgs& a, cudaStream_t s) {
+void attn_dispatch(const AttnArgs& a, const RowCaches* rows, int last, cudaStream_t s) {
     if (a.cluster == 0) {
-        attn_split_dispatch<DPL>(a, s);
+        attn_split_dispatch<DPL>(a, rows, s);
         return;
     }
     const int fits = a.cluster * a.cluster_keys;
-    const bool short_ones = a.pos0_hint + 1 <= fits, long_ones = a.pos0_hint + a.T > fits;
+    const bool short_ones = a.pos0_hint + 1 <= fits, long_ones = last + 1 > fits;
     if (short_ones) {
         AttnArgs c = a;
         c.skip_above = long_ones ? fits : 0;
@@ -668,9 +714,9 @@ void attn_dispatch(const AttnArgs& a, cudaStream_t s) {
         const int base_blocks = a.kv_heads * (ratio / group);
         auto go = [&]<int G>() {  // G: a power of two >= group
             if (a.half_cache)
-                attn_cluster_launch<DPL, true, G>(c, base_blocks, group, s);
+                attn_cluster_launch<DPL, true, G>(c, rows, base_blocks, group, s);
             else
-                attn_cluster_launch<DPL, false, G>(c, base_blocks, group, s);
+                attn_cluster_launch<DPL, false, G>(c, rows, base_blocks, group, s);
         };
         if (group == 1)
             go.template operator()<1>();
@@ -684,13 +730,13 @@ void attn_dispatch(const AttnArgs& a, cudaStream_t s) {
     if (long_ones) {
         AttnArgs b = a;
         b.skip_upto = short_ones ? fits : 0;
-        attn_split_dispatch<DPL>(b, s);
+        attn_split_dispatch<DPL>(b, rows, s);
     }
 }
 
 }  // namespace
 
-void launch_attention(const AttnArgs& a, cudaStream_t s) {
+void launch_attention(const AttnArgs& a, cudaStream_t s, const RowCaches* rows, int last_hint) {
     if (a.T <= 0) return;
     DF_CUDA_REQUIRE(a.head_dim % 32 == 0 && a.head_dim <= 256, "attention: head_dim must be 32, 64, ..., 256");
     DF_CUDA_REQUIRE(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "attention: heads must be a multiple of kv_heads");
@@ -698,6 +744,14 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0,
                     "attention: caches must be 16-byte aligned");
     const int ratio = a.heads / a.kv_heads, group = head_group(ratio, kMaxGroup);
+    if (rows) {
+        DF_CUDA_REQUIRE(a.T <= kMaxLaneRows, "attention: rows of several sequences take at most 8 tokens");
+        for (int t = 0; t < a.T; ++t)
+            DF_CUDA_REQUIRE(rows->k[t] && rows->v[t] && reinterpret_cast<uintptr_t>(rows->k[t]) % 16 == 0 &&
+                                reinterpret_cast<uintptr_t>(rows->v[t]) % 16 == 0,
+                            "attention: every row's caches must be set and 16-byte aligned");
+    }
+    const int last = rows ? last_hint : a.pos0_hint + a.T - 1;
     if (a.T > kMaxDecodeTokens) {
         if (attention_prefill_supported(a.head_dim)) {
             launch_attention_prefill(a, group, s);
@@ -716,14 +770,14 @@ void launch_attention(const AttnArgs& a, cudaStream_t s) {
         return;
     }
     switch (a.head_dim / 32) {
-        case 1: attn_dispatch<1>(a, s); break;
-        case 2: attn_dispatch<2>(a, s); break;
-        case 3: attn_dispatch<3>(a, s); break;
-        case 4: attn_dispatch<4>(a, s); break;
-        case 5: attn_dispatch<5>(a, s); break;
-        case 6: attn_dispatch<6>(a, s); break;
-        case 7: attn_dispatch<7>(a, s); break;
-        case 8: attn_dispatch<8>(a, s); break;
+        case 1: attn_dispatch<1>(a, rows, last, s); break;
+        case 2: attn_dispatch<2>(a, rows, last, s); break;
+        case 3: attn_dispatch<3>(a, rows, last, s); break;
+        case 4: attn_dispatch<4>(a, rows, last, s); break;
+        case 5: attn_dispatch<5>(a, rows, last, s); break;
+        case 6: attn_dispatch<6>(a, rows, last, s); break;
+        case 7: attn_dispatch<7>(a, rows, last, s); break;
+        case 8: attn_dispatch<8>(a, rows, last, s); break;
     }
 }
 

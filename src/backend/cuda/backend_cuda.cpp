@@ -99,6 +99,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* g = std::getenv("DF_CUDA_GDN_FUSED")) gdn_fused_ = std::string(g) != "0";
     if (const char* g = std::getenv("DF_CUDA_GDN_SPLIT")) gdn_split_ = std::atoi(g);
     if (const char* g = std::getenv("DF_CUDA_GDN_LATE")) gdn_late_ = std::string(g) == "1";
+    if (const char* l = std::getenv("DF_CUDA_LANES")) lanes_ = std::string(l) != "0";
     if (const char* w = std::getenv("DF_CUDA_MATVEC_WPR")) {  // for A/B runs
         const int n = std::atoi(w);
         if (n == 1 || n == 2 || n == 4 || n == 8) matvec_wpr_ = n;
@@ -878,9 +879,9 @@ int CudaBackend::graph_variant(const Step& s) const {
     return c > 0 && s.pos0_hint + s.T <= c * attn_cluster_keys() ? 1 : 0;
 }
 
-void CudaBackend::attention(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
-                            const Step& s, float* out) {
-    op_start();
+// The attention kernels' arguments for this backend's knobs and scratch.
+AttnArgs CudaBackend::attn_args(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
+                                const Step& s, float* out) const {
     AttnArgs args;
     args.q = q;
     args.k_cache = k_cache;
@@ -903,7 +904,60 @@ void CudaBackend::attention(const float* q, const void* k_cache, const void* v_c
     args.cluster = attn_cluster();
     args.cluster_keys = attn_cluster_keys();
     args.pos0_hint = s.pos0_hint;
-    launch_attention(args, stream_);
+    return args;
+}
+
+void CudaBackend::attention(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
+                            const Step& s, float* out) {
+    op_start();
+    launch_attention(attn_args(q, k_cache, v_cache, kt, a, s, out), stream_);
+}
+
+// One prep launch (q and k norm + RoPE, the KV store) and one attention launch (per kernel band)
+// over every lane's rows, each row with its own caches: a row's blocks are those of its lone step
+// (the kernels' work per token depends on its position only), so the bits are the same.
+void CudaBackend::attention_lanes(std::span<const AttnLane> lanes, float* q, float* k, const float* v,
+                                  const float* q_norm, const float* k_norm, float eps, const RopeShape& rope, KvType kt,
+                                  const AttnShape& a, float* out) {
+    const int rows = lanes.empty() ? 0 : lanes.back().row0 + lanes.back().s.T;
+    bool fits = lanes.size() >= 2 && lanes_ && rows <= kMaxLaneRows;
+    for (const AttnLane& ln : lanes)  // rows in order, positions contiguous (Model::forward_lanes)
+        fits = fits && ln.s.T >= 1 && ln.s.pos == lanes[0].s.pos + ln.row0;
+    if (!fits) {
+        Backend::attention_lanes(lanes, q, k, v, q_norm, k_norm, eps, rope, kt, a, out);
+        return;
+    }
+    op_start();
+    const int kv_dim = a.kv_heads * a.head_dim;
+    RowCaches rc;
+    int lo = lanes[0].s.pos0_hint, hi = lo;
+    for (const AttnLane& ln : lanes) {
+        for (int t = ln.row0; t < ln.row0 + ln.s.T; ++t) {
+            rc.k[t] = ln.k_cache;
+            rc.v[t] = ln.v_cache;
+        }
+        lo = std::min(lo, ln.s.pos0_hint);
+        hi = std::max(hi, ln.s.pos0_hint + ln.s.T - 1);
+    }
+    AttnPrepArgs p;
+    p.set[0] = HeadSet{q, a.heads, a.q_stride, a.q_row, q_norm};
+    p.set[1] = HeadSet{k, a.kv_heads, a.head_dim, kv_dim, k_norm};
+    p.sets = 2;
+    p.T = rows;
+    p.head_dim = a.head_dim;
+    p.n_rot = rope.n_rot;
+    p.eps = eps;
+    p.theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));  // as head_norm_rope
+    p.pos = lanes[0].s.pos;
+    p.v = v;
+    p.half_cache = kt == KvType::f16;
+    launch_attn_prep(p, stream_, &rc);
+
+    Step all = lanes[0].s;
+    all.T = rows;
+    all.pos0_hint = lo;
+    AttnArgs args = attn_args(q, rc.k[0], rc.v[0], kt, a, all, out);
+    launch_attention(args, stream_, &rc, hi);
 }
 
 void CudaBackend::sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row, int T) {
@@ -961,30 +1015,36 @@ void CudaBackend::gated_rmsnorm(const float* x, const float* z, const float* w, 
     launch_gated_rmsnorm(x, z, w, T, heads, n, eps, out, stream_);
 }
 
-void CudaBackend::gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l, int T,
-                          const GdnShape& g, float eps, float* out) {
+// The fused GDN step's arguments for weights w (its states: the lone call's) and this backend's knobs.
+GdnStepArgs CudaBackend::gdn_step_args(const GdnLayer& w, const GdnShape& g, float eps) const {
     GdnStepArgs a;
-    a.qkv = qkv;
-    a.z = z;
-    a.alpha = alpha;
-    a.beta = beta;
-    a.conv_w = l.conv_w;
-    a.dt_bias = l.dt_bias;
-    a.a_neg = l.a_neg;
-    a.norm_w = l.norm_w;
-    a.T = T;
+    a.conv_w = w.conv_w;
+    a.dt_bias = w.dt_bias;
+    a.a_neg = w.a_neg;
+    a.norm_w = w.norm_w;
     a.k_heads = g.k_heads;
     a.v_heads = g.v_heads;
     a.head_dim = g.head_dim;
     a.taps = g.conv_kernel;
     a.eps = eps;
-    a.conv_state = l.conv_state;
-    a.state = l.state;
-    a.out = out;
+    a.conv_state = w.conv_state;
+    a.state = w.state;
     a.blocks_per_head = gdn_split_;
     a.counters = gdn_counters_;
     a.counter_count = kGdnCounters;
     a.late_trigger = gdn_late_;
+    return a;
+}
+
+void CudaBackend::gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l, int T,
+                          const GdnShape& g, float eps, float* out) {
+    GdnStepArgs a = gdn_step_args(l, g, eps);
+    a.qkv = qkv;
+    a.z = z;
+    a.alpha = alpha;
+    a.beta = beta;
+    a.T = T;
+    a.out = out;
     if (!gdn_fused_ || !gdn_step_fits(a)) {
         Backend::gdn_mix(qkv, z, alpha, beta, l, T, g, eps, out);
         return;
@@ -1003,6 +1063,21 @@ void CudaBackend::gdn_mix(float* qkv, const float* z, const float* alpha, const 
         xq_T_ = T;
         xq_n_ = cols;
     }
+}
+
+void CudaBackend::gdn_mix_lanes(std::span<const GdnMixLane> lanes, const GdnLayer& w, const GdnShape& g, float eps) {
+    GdnStepArgs a = gdn_step_args(w, g, eps);
+    a.lanes = static_cast<int>(lanes.size());
+    for (size_t i = 0; i < lanes.size() && i < static_cast<size_t>(kGdnStepMaxLanes); ++i) {
+        const GdnMixLane& ln = lanes[i];
+        a.lane[i] = GdnStepLane{ln.qkv, ln.z, ln.alpha, ln.beta, ln.conv_state, ln.state, ln.out, ln.T};
+    }
+    if (lanes.size() < 2 || !lanes_ || !gdn_fused_ || !gdn_step_fits(a)) {
+        Backend::gdn_mix_lanes(lanes, w, g, eps);
+        return;
+    }
+    op_start();
+    launch_gdn_step(a, stream_);
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {

@@ -19,6 +19,8 @@
 
 namespace df::cuda {
 
+struct GdnStepArgs;
+
 class CudaBackend final : public Backend {
 public:
     explicit CudaBackend(int device);
@@ -62,6 +64,10 @@ public:
                        float* out) override;
     void gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l, int T,
                  const GdnShape& g, float eps, float* out) override;
+    void gdn_mix_lanes(std::span<const GdnMixLane> lanes, const GdnLayer& w, const GdnShape& g, float eps) override;
+    void attention_lanes(std::span<const AttnLane> lanes, float* q, float* k, const float* v, const float* q_norm,
+                         const float* k_norm, float eps, const RopeShape& rope, KvType kt, const AttnShape& a,
+                         float* out) override;
     void add(float* y, const float* x, int64_t n) override;
     void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) override;
 
@@ -166,6 +172,9 @@ private:
     // The q and k head_norm_rope calls of an attention layer and the kv_store after them are
     // held back and launched as one kernel (launch_attn_prep); any other op launches them first.
     void flush_prep();
+    GdnStepArgs gdn_step_args(const GdnLayer& w, const GdnShape& g, float eps) const;
+    AttnArgs attn_args(const float* q, const void* k_cache, const void* v_cache, KvType kt, const AttnShape& a,
+                       const Step& s, float* out) const;
     // Integer tensor-core matvec (imma.cuh): used for T <= 8 where the type has a decoder.
     bool imma_type(quant::Type t) const;
     bool use_imma(const Weight& w, int T) const;
@@ -209,6 +218,7 @@ private:
     int gdn_split_ = 4;                 // DF_CUDA_GDN_SPLIT: its blocks per value head
     int matvec_wpr_ = 0;                // DF_CUDA_MATVEC_WPR: f32 matvec warps per row forced (1, 2, 4, 8)
     bool gdn_late_ = false;             // DF_CUDA_GDN_LATE=1: its PDL trigger after the delta rule
+    bool lanes_ = true;                 // DF_CUDA_LANES=0: a batched pass's per-sequence ops one launch each
     uint2* xq_ = nullptr;               // converted activations of the imma matvec
     float* xe_ = nullptr;
     int xq_cols_ = 0;

@@ -34,6 +34,17 @@ DF_DEV uint32_t ld_stream4(const void* p) {
     return r;
 }
 // Read-only loads that may hit L1 (block headers shared by several lanes).
+// arr[i] of an array in a kernel's parameters for a run-time i < N, by N - 1 selects: indexing
+// the parameters with a run-time value would copy them to local memory.
+template <class P, int N>
+DF_DEV P param_pick(const P (&arr)[N], int i) {
+    P p = arr[0];
+#pragma unroll
+    for (int j = 1; j < N; ++j)
+        if (i == j) p = arr[j];
+    return p;
+}
+
 DF_DEV uint32_t ldg_u8(const uint8_t* p) { return __ldg(p); }
 DF_DEV uint32_t ldg_u16(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
 DF_DEV uint32_t ldg_u32(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned int*>(p)); }

@@ -39,16 +39,23 @@ DF_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.alig
 DF_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 // B blocks per value head, block b taking the value columns b D / B + warp + 8 i; clusters of 2B.
-template <int kTaps, int B>
+// kLanes: a batched pass, the sequence's rows and state from a.lane[blockIdx.y].
+template <int kTaps, int B, bool kLanes>
 __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStepArgs a) {
     if (!a.late_trigger) pdl_trigger();
+    GdnStepLane L;
+    if constexpr (kLanes)
+        L = param_pick(a.lane, static_cast<int>(blockIdx.y));
+    else
+        L = GdnStepLane{a.qkv, a.z, a.alpha, a.beta, a.conv_state, a.state, a.out, a.T};
+    unsigned* const counters = a.counters + (kLanes ? blockIdx.y * a.k_heads : 0);
     constexpr int D = kStepD, NPL = D / 32, kSlice = D / B, kCols = kSlice / kStepWarps;
     constexpr int kCh = 2 * D + kSlice;  // the block's channels: q, k, its slice of v
     constexpr int kChPer = (kCh + kStepThreads - 1) / kStepThreads;
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = static_cast<int>(cluster.block_rank()), csize = static_cast<int>(cluster.num_blocks());
     const int b = rank % B, side = rank / B, unit = static_cast<int>(blockIdx.x) / csize;
-    const int Hk = a.k_heads, Hv = a.v_heads, T = a.T;
+    const int Hk = a.k_heads, Hv = a.v_heads, T = L.T;
     const int j = 2 * unit + side, kh = j % Hk, readers = B * (Hv / Hk);
     const int c0 = b * kSlice;  // the block's first value column
     const int C = (2 * Hk + Hv) * D, units = Hv * D / 256;
@@ -92,13 +99,13 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
         if (i >= kCh) continue;
         const int c = chan(i);
 #pragma unroll
-        for (int t = 0; t < kStepMaxT; ++t) x[m][t] = t < T ? a.qkv[static_cast<int64_t>(t) * C + c] : 0.f;
+        for (int t = 0; t < kStepMaxT; ++t) x[m][t] = t < T ? L.qkv[static_cast<int64_t>(t) * C + c] : 0.f;
 #pragma unroll
-        for (int k = 0; k < kTaps - 1; ++k) win[m][k] = a.conv_state[static_cast<int64_t>(k) * C + c];
+        for (int k = 0; k < kTaps - 1; ++k) win[m][k] = L.conv_state[static_cast<int64_t>(k) * C + c];
     }
-    const float alpha = tid < T ? a.alpha[static_cast<int64_t>(tid) * Hv + j] : 0.f;
-    const float beta_raw = tid < T ? a.beta[static_cast<int64_t>(tid) * Hv + j] : 0.f;
-    float* S = a.state + static_cast<int64_t>(j) * D * D;
+    const float alpha = tid < T ? L.alpha[static_cast<int64_t>(tid) * Hv + j] : 0.f;
+    const float beta_raw = tid < T ? L.beta[static_cast<int64_t>(tid) * Hv + j] : 0.f;
+    float* S = L.state + static_cast<int64_t>(j) * D * D;
     float s[kCols][NPL];
 #pragma unroll
     for (int i = 0; i < kCols; ++i)
@@ -107,7 +114,7 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
     if (gather) {  // z of the pair's unit for every token
         for (int i = tid; i < 64 * T; i += kStepThreads) {
             const int t = i / 64, e = 4 * (i % 64);
-            cp_async<16>(&zs[t][e], a.z + (static_cast<int64_t>(t) * units + j / 2) * 256 + e);
+            cp_async<16>(&zs[t][e], L.z + (static_cast<int64_t>(t) * units + j / 2) * 256 + e);
         }
         cp_async_commit();
     }
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
             if (i < 2 * D)
                 keep[k][i] = win[m][k];
             else  // v channels: this block's alone
-                a.conv_state[static_cast<int64_t>(k) * C + chan(i)] = win[m][k];
+                L.conv_state[static_cast<int64_t>(k) * C + chan(i)] = win[m][k];
         }
     }
     if (tid < T) {
@@ -150,7 +157,7 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
     // the end.
     const bool counter_thread = tid == kStepThreads - 1;
     unsigned prev = 0;
-    if (counter_thread) prev = atomic_add_release_gpu(a.counters + kh, 1u);
+    if (counter_thread) prev = atomic_add_release_gpu(counters + kh, 1u);
     trace_phase(2);  // conv done
     for (int task = warp; task < 2 * T; task += kStepWarps) {  // (token, q or k)
         float* v = xc[task >> 1][task & 1];
@@ -218,8 +225,8 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
         fence_acq_rel_gpu();  // acquire: the other readers' reads before these writes
         for (int i = tid; i < 2 * D; i += kStepThreads)
 #pragma unroll
-            for (int k = 0; k < kTaps - 1; ++k) a.conv_state[static_cast<int64_t>(k) * C + chan(i)] = keep[k][i];
-        if (tid == 0) a.counters[kh] = 0u;  // ready for the next call
+            for (int k = 0; k < kTaps - 1; ++k) L.conv_state[static_cast<int64_t>(k) * C + chan(i)] = keep[k][i];
+        if (tid == 0) counters[kh] = 0u;  // ready for the next call
     }
     // The pair's unit, token `warp` (gated_rmsnorm_quant_kernel's steps). The partners may leave
     // once their outputs are read: the gatherer arrives at the cluster barrier after its reads
@@ -245,8 +252,8 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
             float y[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(__fmul_rn(__fmul_rn(v[e], scale), wv[e]), silu_f(zv[e]));
-            store8<true>(a.out + (static_cast<int64_t>(warp) * units + j / 2) * 256 + 8 * lane, y);
-            if (a.xq) act_quant_unit(y, warp, j / 2, units, units * 8, a.xq, a.xe, lane);
+            store8<true>(L.out + (static_cast<int64_t>(warp) * units + j / 2) * 256 + 8 * lane, y);
+            if (!kLanes && a.xq) act_quant_unit(y, warp, j / 2, units, units * 8, a.xq, a.xe, lane);
         }
         trace_phase(6);  // normed and converted
         cluster_wait();
@@ -261,14 +268,24 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
 
 bool gdn_step_fits(const GdnStepArgs& a) {
     auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (a.T < 1 || a.T > kStepMaxT || a.head_dim != kStepD || a.taps != kStepTaps) return false;
+    auto lane_fits = [&](int T, const float* z, const float* out) {
+        return T >= 1 && T <= kStepMaxT && al(z) && al(out);
+    };
+    if (a.head_dim != kStepD || a.taps != kStepTaps || !a.counters) return false;
     if (a.k_heads <= 0 || a.v_heads % 2 != 0 || a.v_heads % a.k_heads != 0) return false;
-    return a.counters && a.k_heads <= a.counter_count && al(a.z) && al(a.out);
+    if (a.lanes == 0) return a.k_heads <= a.counter_count && lane_fits(a.T, a.z, a.out);
+    if (a.lanes < 0 || a.lanes > kGdnStepMaxLanes || a.k_heads * a.lanes > a.counter_count || a.xq) return false;
+    for (int i = 0; i < a.lanes; ++i)
+        if (!lane_fits(a.lane[i].T, a.lane[i].z, a.lane[i].out)) return false;
+    return true;
 }
 
 template <int B>
 void gdn_step_launch(const GdnStepArgs& a, cudaStream_t s) {
-    launch_cluster(gdn_step_kernel<kStepTaps, B>, a.v_heads * B, kStepThreads, 0, s, 2 * B, a);
+    if (a.lanes > 0)
+        launch_cluster(gdn_step_kernel<kStepTaps, B, true>, dim3(a.v_heads * B, a.lanes), kStepThreads, 0, s, 2 * B, a);
+    else
+        launch_cluster(gdn_step_kernel<kStepTaps, B, false>, a.v_heads * B, kStepThreads, 0, s, 2 * B, a);
 }
 
 void launch_gdn_step(const GdnStepArgs& a, cudaStream_t s) {

@@ -12,6 +12,19 @@ namespace df::cuda {
 // of launch_gated_rmsnorm, up to its summation order) bit for bit, where gdn_step_fits: T <= 8,
 // head_dim 128, 4 conv taps, Hv even and a multiple of Hk, a counter per key head, z and out
 // 16-byte aligned. qkv is only read (the conv's outputs stay inside); out must not alias qkv or z.
+// One sequence of a batched pass (GdnStepArgs::lanes): its rows of the projections, its state.
+struct GdnStepLane {
+    const float* qkv = nullptr;
+    const float* z = nullptr;
+    const float* alpha = nullptr;
+    const float* beta = nullptr;
+    float* conv_state = nullptr;
+    float* state = nullptr;
+    float* out = nullptr;
+    int T = 0;
+};
+inline constexpr int kGdnStepMaxLanes = 8;
+
 struct GdnStepArgs {
     const float* qkv = nullptr;      // [T, (2 Hk + Hv) D] projections before the conv
     const float* z = nullptr;        // [T, Hv D] the norm's gate
@@ -32,6 +45,11 @@ struct GdnStepArgs {
     unsigned* counters = nullptr;    // counter_count >= Hk, zero (and left zero)
     int counter_count = 0;
     bool late_trigger = false;       // let the next kernel launch only once the outputs are near
+    // A batched pass (lanes > 0): lane[i] replaces qkv .. out and T for the blocks at
+    // blockIdx.y = i, each with its own Hk counters (counters + i Hk); no xq. One launch instead
+    // of one per sequence, each lane's bits those of its own call.
+    int lanes = 0;
+    GdnStepLane lane[kGdnStepMaxLanes];
 };
 bool gdn_step_fits(const GdnStepArgs& a);
 void launch_gdn_step(const GdnStepArgs& a, cudaStream_t s);

@@ -283,6 +283,13 @@ void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int 
 // launch; with k_cache set, the last set is k (heads * head_dim = kv_dim values per token,
 // contiguous) and, once normed and rotated, it and v are stored as Backend::kv_store would.
 // theta_scale = powf(base, -2/n_rot) computed on the host.
+// A batched pass's rows from several sequences (Backend::attention_lanes): row t's KV cache.
+inline constexpr int kMaxLaneRows = 8;
+struct RowCaches {
+    void* k[kMaxLaneRows] = {};
+    void* v[kMaxLaneRows] = {};
+};
+
 struct HeadSet {
     float* x = nullptr;
     int heads = 0, head_stride = 0, row = 0;
@@ -299,7 +306,9 @@ struct AttnPrepArgs {
     void* v_cache = nullptr;
     bool half_cache = false;
 };
-void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s);
+// rows: T <= kMaxLaneRows rows of several sequences, row t's caches rows->k[t], rows->v[t]
+// (a.k_cache, a.v_cache unused).
+void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s, const RowCaches* rows = nullptr);
 // Its prefill kernel, a warp per head (attention_prep.cu): per_block heads per block of the grid.
 void launch_attn_prep_warps(const AttnPrepArgs& a, int per_block, dim3 grid, cudaStream_t s);
 
@@ -333,8 +342,10 @@ struct AttnArgs {
     int skip_upto = 0;             // split kernels: tokens with n_kv up to this went to the cluster kernel
 };
 // Causal GQA attention (Backend::attention): flash decoding with the key range of each query
-// split across blocks (the split is decided on the device from pos, so graphs replay).
-void launch_attention(const AttnArgs& a, cudaStream_t s);
+// split across blocks (the split is decided on the device from pos, so graphs replay). rows:
+// T <= kMaxLaneRows rows of several sequences (Backend::attention_lanes), token t attending its
+// own caches rows->k[t], rows->v[t]; pos0_hint is then the least position, last_hint the largest.
+void launch_attention(const AttnArgs& a, cudaStream_t s, const RowCaches* rows = nullptr, int last_hint = 0);
 
 void launch_sigmoid_mul(float* x, int n, const float* gate, int width, int gate_stride, int gate_row,
                         int T, cudaStream_t s);

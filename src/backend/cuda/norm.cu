@@ -119,7 +119,8 @@ void rmsnorm_units(const float* x, int64_t xs, const float* w, int rows, int n, 
 // at 31 registers a block fits beside three ring-matvec blocks and computes its token's rotation
 // angles, a serial product per angle and then cosf and sinf, before pdl_wait); prefill takes
 // attn_prep_warps_kernel (attention_prep.cu).
-__global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
+// rows: null, or (Backend::attention_lanes: attn_prep_rows_kernel) row t's caches rows->k[t], rows->v[t].
+DF_DEV void attn_prep_block(const AttnPrepArgs& a, int per_block, const RowCaches* rows) {
     pdl_trigger();  // the angles before pdl_wait: no kernel of this forward writes positions (launch.cuh)
     const int t = blockIdx.y, heads0 = a.set[0].heads;
     const int total = heads0 + (a.sets > 1 ? a.set[1].heads : 0);
@@ -147,23 +148,25 @@ __global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, in
 
         // The KV store of this head (the k set only): after the norm and rotation, from the values
         // written to x; v's head is copied alongside.
-        const bool store = a.k_cache && first == a.sets - 1;
+        void* const k_cache = rows ? param_pick(rows->k, t) : a.k_cache;
+        void* const v_cache = rows ? param_pick(rows->v, t) : a.v_cache;
+        const bool store = k_cache && first == a.sets - 1;
         const int64_t cache_at = store ? static_cast<int64_t>(a.pos[t]) * row + static_cast<int64_t>(h) * head_dim : 0;
         auto put = [&](int i, float val) {
             v[i] = val;
             if (!store) return;
             if (a.half_cache)
-                static_cast<__half*>(a.k_cache)[cache_at + i] = __float2half_rn(val);
+                static_cast<__half*>(k_cache)[cache_at + i] = __float2half_rn(val);
             else
-                static_cast<float*>(a.k_cache)[cache_at + i] = val;
+                static_cast<float*>(k_cache)[cache_at + i] = val;
         };
         if (store) {
             const float* vs = a.v + static_cast<int64_t>(t) * row + static_cast<int64_t>(h) * head_dim;
             for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
                 if (a.half_cache)
-                    static_cast<__half*>(a.v_cache)[cache_at + i] = __float2half_rn(vs[i]);
+                    static_cast<__half*>(v_cache)[cache_at + i] = __float2half_rn(vs[i]);
                 else
-                    static_cast<float*>(a.v_cache)[cache_at + i] = vs[i];
+                    static_cast<float*>(v_cache)[cache_at + i] = vs[i];
             }
         }
 
@@ -192,6 +195,13 @@ __global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, in
             }
         }
     }
+}
+
+__global__ void __launch_bounds__(128) attn_prep_kernel(const AttnPrepArgs a, int per_block) {
+    attn_prep_block(a, per_block, nullptr);
+}
+__global__ void __launch_bounds__(128) attn_prep_rows_kernel(const AttnPrepArgs a, int per_block, const RowCaches rows) {
+    attn_prep_block(a, per_block, &rows);
 }
 
 __global__ void __launch_bounds__(128) gated_rmsnorm_kernel(const float* x, const float* z, const float* w, int n,
@@ -287,19 +297,23 @@ void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int 
     rmsnorm_units(x, x_stride, w, rows, n, eps, out, n, xq, xe, s);
 }
 
-void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s) {
+void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s, const RowCaches* rows) {
     if (a.T <= 0 || a.sets == 0) return;
     DF_CUDA_REQUIRE(a.sets <= 2, "attn_prep: at most two head sets");
     DF_CUDA_REQUIRE(a.head_dim <= 512, "attn_prep: head_dim above 512");
     DF_CUDA_REQUIRE(a.n_rot <= a.head_dim && a.n_rot % 2 == 0, "attn_prep: n_rot must be even and <= head_dim");
     const HeadSet& k = a.set[a.sets - 1];
-    DF_CUDA_REQUIRE(!a.k_cache || (k.head_stride == a.head_dim && k.row == k.heads * a.head_dim),
+    DF_CUDA_REQUIRE(!(a.k_cache || rows) || (k.head_stride == a.head_dim && k.row == k.heads * a.head_dim),
                     "attn_prep: the stored set must be contiguous heads");
+    DF_CUDA_REQUIRE(!rows || a.T <= kMaxLaneRows, "attn_prep: rows of several sequences take at most 8 tokens");
     // Decode and verify: a block per head. Prefill: a warp per head, 4 heads per block (8 from
     // 256 tokens on: two rounds of the warps).
     const int heads = a.set[0].heads + (a.sets > 1 ? a.set[1].heads : 0);
     if (a.T <= 8) {
-        launch(attn_prep_kernel, dim3(heads, a.T), 128, 0, s, a, 1);
+        if (rows)
+            launch(attn_prep_rows_kernel, dim3(heads, a.T), 128, 0, s, a, 1, *rows);
+        else
+            launch(attn_prep_kernel, dim3(heads, a.T), 128, 0, s, a, 1);
     } else {
         const int per_block = a.T >= 256 ? 8 : 4;
         launch_attn_prep_warps(a, per_block, dim3((heads + per_block - 1) / per_block, a.T), s);
