@@ -72,22 +72,11 @@ void attention_block(const Model& m, const LayerWeights& l, int il, State& st, s
     be.matmul(l.wv, st.x, T, v);
     const RopeShape rope{c.n_rot, c.rope_base};
     const AttnShape a{Hq, Hkv, D, q_stride, q_row, 1.0f / std::sqrt(static_cast<float>(D))};
-    const int kv_dim = Hkv * D;
-    if (lanes.size() == 1) {
-        const Lane& ln = lanes[0];
-        State& own = *ln.st;
-        float* lq = row(qg, ln.row0, q_row);
-        float* lk = row(k, ln.row0, kv_dim);
-        be.head_norm_rope(lq, Hq, D, q_stride, q_row, f(l.q_norm), c.eps, rope, ln.s);
-        be.head_norm_rope(lk, Hkv, D, D, kv_dim, f(l.k_norm), c.eps, rope, ln.s);
-        be.kv_store(lk, row(v, ln.row0, kv_dim), own.k_cache[il], own.v_cache[il], own.kv_type, kv_dim, ln.s);
-        be.attention(lq, own.k_cache[il], own.v_cache[il], own.kv_type, a, ln.s, row(st.attn, ln.row0, Hq * D));
-    } else {  // each sequence's positions, cache and context
-        std::vector<AttnLane> at;
-        at.reserve(lanes.size());
-        for (const Lane& ln : lanes) at.push_back({ln.st->k_cache[il], ln.st->v_cache[il], ln.s, ln.row0});
-        be.attention_lanes(at, qg, k, v, f(l.q_norm), f(l.k_norm), c.eps, rope, lanes[0].st->kv_type, a, st.attn);
-    }
+    // Each sequence's positions, cache and context (one lane: a lone forward's calls).
+    std::vector<AttnLane> at;
+    at.reserve(lanes.size());
+    for (const Lane& ln : lanes) at.push_back({ln.st->k_cache[il], ln.st->v_cache[il], ln.s, ln.row0});
+    be.attention_lanes(at, qg, k, v, f(l.q_norm), f(l.k_norm), c.eps, rope, lanes[0].st->kv_type, a, st.attn);
     if (c.attn_gated) be.sigmoid_mul(st.attn, Hq * D, qg + D, D, q_stride, q_row, T);
     be.matmul(l.wo, st.attn, T, st.h, /*accumulate=*/true);
 }
@@ -106,22 +95,14 @@ void gdn_block(const Model& m, const LayerWeights& l, int il, State& st, std::sp
     be.matmul(l.ssm_beta, st.x, T, beta);
     const int64_t C = g.channels(), inner = static_cast<int64_t>(g.v_heads) * g.head_dim;
     const GdnLayer w{f(l.ssm_conv), f(l.ssm_dt_bias), f(l.ssm_a), f(l.ssm_norm), nullptr, nullptr};
-    if (lanes.size() == 1) {
-        const Lane& ln = lanes[0];
-        GdnLayer gl = w;
-        gl.conv_state = ln.st->conv_state[il];
-        gl.state = ln.st->ssm_state[il];
-        be.gdn_mix(row(qkv, ln.row0, C), row(z, ln.row0, inner), row(alpha, ln.row0, g.v_heads), row(beta, ln.row0, g.v_heads),
-                   gl, ln.s.T, g, c.eps, row(st.attn, ln.row0, inner));
-    } else {  // each sequence's rows and recurrent state
-        std::vector<GdnMixLane> mix;
-        mix.reserve(lanes.size());
-        for (const Lane& ln : lanes)
-            mix.push_back({row(qkv, ln.row0, C), row(z, ln.row0, inner), row(alpha, ln.row0, g.v_heads),
-                           row(beta, ln.row0, g.v_heads), ln.st->conv_state[il], ln.st->ssm_state[il],
-                           row(st.attn, ln.row0, inner), ln.s.T});
-        be.gdn_mix_lanes(mix, w, g, c.eps);
-    }
+    // Each sequence's rows and recurrent state (one lane: a lone forward's gdn_mix).
+    std::vector<GdnMixLane> mix;
+    mix.reserve(lanes.size());
+    for (const Lane& ln : lanes)
+        mix.push_back({row(qkv, ln.row0, C), row(z, ln.row0, inner), row(alpha, ln.row0, g.v_heads),
+                       row(beta, ln.row0, g.v_heads), ln.st->conv_state[il], ln.st->ssm_state[il],
+                       row(st.attn, ln.row0, inner), ln.s.T});
+    be.gdn_mix_lanes(mix, w, g, c.eps);
     be.matmul(l.ssm_out, st.attn, T, st.h, /*accumulate=*/true);
 }
 
@@ -157,8 +138,11 @@ void forward(const Model& m, State& st, std::span<const Lane> lanes, Output out)
         // Each lane's last row through the final norm and the LM head together, then its logits
         // and argmax into its own state.
         const int n = static_cast<int>(lanes.size());
-        for (int i = 0; i < n; ++i)
-            be.rmsnorm(row(st.h, lanes[i].row0 + lanes[i].s.T - 1, E), E, f(w.output_norm), 1, E, c.eps, row(st.x, i, E), E);
+        if (T == n)  // one row per lane (decode): the last rows are rows 0 .. n-1, one call
+            be.rmsnorm(st.h, E, f(w.output_norm), n, E, c.eps, st.x, E);
+        else
+            for (int i = 0; i < n; ++i)
+                be.rmsnorm(row(st.h, lanes[i].row0 + lanes[i].s.T - 1, E), E, f(w.output_norm), 1, E, c.eps, row(st.x, i, E), E);
         be.matmul(w.output, st.x, n, st.logits);
         for (int i = 0; i < n; ++i) {
             State& own = *lanes[i].st;

@@ -1066,13 +1066,17 @@ void CudaBackend::gdn_mix(float* qkv, const float* z, const float* alpha, const 
 }
 
 void CudaBackend::gdn_mix_lanes(std::span<const GdnMixLane> lanes, const GdnLayer& w, const GdnShape& g, float eps) {
+    if (lanes.size() < 2 || !lanes_ || !gdn_fused_) {  // a lone forward's gdn_mix
+        Backend::gdn_mix_lanes(lanes, w, g, eps);
+        return;
+    }
     GdnStepArgs a = gdn_step_args(w, g, eps);
     a.lanes = static_cast<int>(lanes.size());
     for (size_t i = 0; i < lanes.size() && i < static_cast<size_t>(kGdnStepMaxLanes); ++i) {
         const GdnMixLane& ln = lanes[i];
         a.lane[i] = GdnStepLane{ln.qkv, ln.z, ln.alpha, ln.beta, ln.conv_state, ln.state, ln.out, ln.T};
     }
-    if (lanes.size() < 2 || !lanes_ || !gdn_fused_ || !gdn_step_fits(a)) {
+    if (!gdn_step_fits(a)) {
         Backend::gdn_mix_lanes(lanes, w, g, eps);
         return;
     }
