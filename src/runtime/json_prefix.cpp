@@ -140,13 +140,17 @@ bool JsonPrefix::string_byte(unsigned char c) {
 
 // A string value's pattern (no-ops without one): a whole character steps its states, a part of
 // one (UTF-8 lead or continuation bytes, \u digits) must leave some code point it can take.
+// With length bounds, the text must also be able to end matched within them (chars_ counts the
+// character being read).
 bool JsonPrefix::pattern_char(uint32_t cp) {
     if (!re_) return true;
     re_at_ = re_->next(re_at_, cp);
-    return !JsonRegex::empty(re_at_);
+    return re_->fits(re_at_, str_min_ - chars_, str_max_ - chars_);
 }
 
-bool JsonPrefix::pattern_may(uint32_t lo, uint32_t hi) const { return !re_ || re_->any_in(re_at_, lo, hi); }
+bool JsonPrefix::pattern_may(uint32_t lo, uint32_t hi) const {
+    return !re_ || re_->any_in(re_at_, lo, hi, str_min_ - chars_, str_max_ - chars_);
+}
 
 // The code points the \u escape being read can still become: [lo, hi] is its code unit's range;
 // a high surrogate stands for the 1024 code points its pair can make.
@@ -363,6 +367,7 @@ bool JsonPrefix::begin_value(unsigned char c) {
         if (n.pattern >= 0 && c == '"') {
             re_ = &schema_->regex(n.pattern);
             re_at_ = re_->start();
+            if (!re_->fits(re_at_, str_min_, str_max_)) return false;  // JsonSchema::compile refuses such nodes
         }
         bounded_ = n.bounded && int_only_;
         lo_ = n.min_value;

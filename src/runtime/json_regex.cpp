@@ -410,6 +410,50 @@ public:
         }
         r_.start_ = r_.closure_[static_cast<size_t>(start)];
         if (JsonRegex::empty(r_.start_)) fail("matches no string");
+        lengths();
+    }
+
+    // shortest_ / longest_ over the graph of the sets' states: a consuming state moves to each
+    // state of its target's closure by one code point; the accepting state ends.
+    void lengths() {
+        const size_t n = r_.states_.size();
+        auto members = [&](size_t i, auto&& visit) {  // the successors of consuming state i
+            const auto& st = r_.states_[i];
+            if (st.out < 0 || st.ranges.empty()) return;
+            const JsonRegex::Set& c = r_.closure_[static_cast<size_t>(st.out)];
+            for (size_t w = 0; w < c.size(); ++w)
+                for (uint64_t bits = c[w]; bits; bits &= bits - 1) visit(w * 64 + static_cast<size_t>(__builtin_ctzll(bits)));
+        };
+        constexpr int kUnb = JsonRegex::kUnbounded;
+        // Shortest: breadth first from the end along the moves reversed.
+        std::vector<std::vector<size_t>> into(n);
+        for (size_t i = 0; i < n; ++i) members(i, [&](size_t t) { into[t].push_back(i); });
+        r_.shortest_.assign(n, kUnb);
+        r_.shortest_[static_cast<size_t>(r_.accept_)] = 0;
+        std::vector<size_t> queue{static_cast<size_t>(r_.accept_)};
+        for (size_t k = 0; k < queue.size(); ++k)
+            for (const size_t p : into[queue[k]])
+                if (r_.shortest_[p] == kUnb) {
+                    r_.shortest_[p] = r_.shortest_[queue[k]] + 1;
+                    queue.push_back(p);
+                }
+        // Longest: a depth-first walk; a state on a loop (every state here reaches the end)
+        // and any that reaches one has no bound.
+        r_.longest_.assign(n, -1);
+        std::vector<char> mark(n, 0);  // 1 on the walk's path, 2 done
+        auto longest = [&](auto&& self, size_t i) -> int {
+            if (mark[i] == 2) return r_.longest_[i];
+            if (mark[i] == 1) return kUnb;
+            mark[i] = 1;
+            int best = static_cast<int>(i) == r_.accept_ ? 0 : -1;
+            members(i, [&](size_t t) {
+                const int l = self(self, t);
+                if (l >= 0) best = std::max(best, l >= kUnb ? kUnb : l + 1);
+            });
+            mark[i] = 2;
+            return r_.longest_[i] = best;
+        };
+        for (size_t i = 0; i < n; ++i) longest(longest, i);
     }
 
 private:
@@ -460,12 +504,22 @@ JsonRegex::Set JsonRegex::next(const Set& s, uint32_t cp) const {
     return out;
 }
 
-bool JsonRegex::any_in(const Set& s, uint32_t lo, uint32_t hi) const {
+bool JsonRegex::any_in(const Set& s, uint32_t lo, uint32_t hi, int at_least, int at_most) const {
     for (size_t w = 0; w < s.size(); ++w)
         for (uint64_t bits = s[w]; bits; bits &= bits - 1) {
             const size_t i = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
             const State& st = states_[i];
-            if (st.out >= 0 && !JsonRegex::empty(closure_[static_cast<size_t>(st.out)]) && in_ranges(st.ranges, lo, hi)) return true;
+            if (st.out >= 0 && in_ranges(st.ranges, lo, hi) && fits(closure_[static_cast<size_t>(st.out)], at_least, at_most))
+                return true;
+        }
+    return false;
+}
+
+bool JsonRegex::fits(const Set& s, int at_least, int at_most) const {
+    for (size_t w = 0; w < s.size(); ++w)
+        for (uint64_t bits = s[w]; bits; bits &= bits - 1) {
+            const size_t i = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+            if (shortest_[i] <= at_most && longest_[i] >= at_least) return true;
         }
     return false;
 }

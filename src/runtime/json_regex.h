@@ -30,8 +30,15 @@ public:
     const Set& start() const { return start_; }
     // The states after code point cp (empty: the text can no longer match).
     Set next(const Set& s, uint32_t cp) const;
-    // Whether some code point in [lo, hi] may come next.
-    bool any_in(const Set& s, uint32_t lo, uint32_t hi) const;
+    // Whether some code point in [lo, hi] may come next, after which the text can still end
+    // with between at_least and at_most more code points (string length bounds; see fits).
+    bool any_in(const Set& s, uint32_t lo, uint32_t hi, int at_least = 0, int at_most = kUnbounded) const;
+    // Whether the text can end matched after between at_least and at_most more code points: some
+    // state's shortest way to the end is <= at_most and its longest >= at_least. (Exact for
+    // either bound alone; with both, a state whose lengths have a gap around the window, e.g.
+    // (ab)+ asked for exactly 3 more, passes.)
+    bool fits(const Set& s, int at_least, int at_most) const;
+    static constexpr int kUnbounded = 1 << 30;
     // Whether the text so far matches (the string may end here).
     bool accepts(const Set& s) const { return (s[accept_ / 64] >> (accept_ % 64)) & 1; }
     static bool empty(const Set& s);
@@ -48,6 +55,8 @@ private:
     };
     std::vector<State> states_;
     std::vector<Set> closure_;  // per state: the consuming / accepting states reachable by epsilons, live only
+    // Per state of the sets: the fewest and most code points to the end (kUnbounded: a loop).
+    std::vector<int> shortest_, longest_;
     Set start_{};
     int accept_ = 0;
 

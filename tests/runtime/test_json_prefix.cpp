@@ -395,6 +395,33 @@ TEST(JsonSchema, PatternsRefuseTheFirstByteThatCannotMatch) {
     EXPECT_NO_THROW(JsonSchema::compile(R"({"type": "object", "properties": {"a": {"enum": ["x", "y"], "pattern": "^.$"}}})"));
 }
 
+// A pattern beside minLength / maxLength: a character is refused once no matching string
+// within the bounds continues the text (not only once the pattern or the length alone fails),
+// so JSON mode never writes itself into a string it cannot close; a pattern no string within
+// the bounds matches is a schema error.
+TEST(JsonSchema, PatternsWithLengthBoundsNeverDeadEnd) {
+    const JsonSchema schema = JsonSchema::compile(R"({"type": "object", "properties": {
+        "pairs": {"type": "string", "pattern": "^(ab)+$", "maxLength": 3},
+        "tail": {"type": "string", "pattern": "^[a-z]+-x$", "maxLength": 4},
+        "long": {"type": "string", "pattern": "^(a|bbbb)$", "minLength": 2}}})");
+    for (const std::string& v : std::vector<std::string>{R"({"pairs": "ab"})", R"({"tail": "ab-x"})", R"({"tail": "a-x"})",
+                                                         R"({"long": "bbbb"})", R"({"tail": "a\u0062-x"})"}) {
+        EXPECT_EQ(accepted(v, &schema), v.size()) << v;
+    }
+    for (const std::string& c : std::vector<std::string>{R"({"pairs": "ab|a)", R"({"tail": "ab|c)", R"({"tail": "ab\u00|6)",
+                                                         R"({"long": "|a)", R"({"long": "bbbb|b)"}) {
+        expect_refused_at_bar(c, schema);
+    }
+    for (const char* bad : {R"({"type": "string", "pattern": "^x{1,2}$", "minLength": 3})",
+                            R"({"type": "string", "pattern": "^abc$", "maxLength": 2})",
+                            R"({"type": "string", "pattern": "^(ab)+$", "maxLength": 1})"}) {
+        EXPECT_THROW(JsonSchema::compile(std::string(R"({"type": "object", "properties": {"a": )") + bad + "}}"),
+                     diskformer::Error)
+            << bad;
+    }
+    EXPECT_NO_THROW(JsonSchema::compile(R"({"type": "object", "properties": {"a": {"pattern": "^x+$", "minLength": 9}}})"));
+}
+
 // Formats JSON mode knows are enforced as their syntax (pydantic writes "format": "date-time"
 // for a datetime); a pattern beside one wins; unknown formats stay annotations.
 TEST(JsonSchema, KnownFormatsAreEnforced) {
