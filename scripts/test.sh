@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: the release build's unit + golden tests, the unit tests again under
-# ASan+UBSan, and bounded fuzz runs (GGUF and safetensors readers, JSON mode). Usage: scripts/test.sh [--quick]
+# ASan+UBSan, and bounded fuzz runs (GGUF and safetensors readers, JSON mode, the server's requests). Usage: scripts/test.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc)
@@ -32,10 +32,11 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE 'cuda|slow|app' \
   -E 'ChunkSizesAgree|StreamingNeverSplitsUtf8|LlamaCppDiff|TokenizerBpe.MatchesReferenceOnRandomWords|JsonPatternsAndFormats|DraftPairs|AllLogitsBufferIsBounded|LongPromptsArePrefilledInSlices|ConcurrentGenerationGivesEachRequestItsOwnAnswer|DraftsGiveTheSameAnswer|BlockDrafter.AnyDraft|DraftModel.TheTargetAsItsOwnDrafter|_NOT_BUILT'
 
-echo "== fuzz: GGUF reader (60 s), JSON mode's schema compiler and prefix check (30 s), safetensors reader (20 s)"
+echo "== fuzz: GGUF reader (60 s), JSON mode's schema compiler and prefix check (30 s), safetensors reader (20 s), the server's request parsing (30 s)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDF_FUZZ=ON -DDF_TESTS=OFF \
       -DDF_CUDA=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-cmake --build build-fuzz --target fuzz_gguf fuzz_json fuzz_safetensors
+cmake --build build-fuzz --target fuzz_gguf fuzz_json fuzz_safetensors fuzz_openai
 fuzz/run.sh build-fuzz/fuzz/fuzz_gguf 60
 fuzz/run.sh build-fuzz/fuzz/fuzz_json 30
 fuzz/run.sh build-fuzz/fuzz/fuzz_safetensors 20
+fuzz/run.sh build-fuzz/fuzz/fuzz_openai 30

@@ -102,8 +102,6 @@ const char* to_string(StopReason reason) {
     return "?";
 }
 
-void check_json_schema(std::string_view schema_json) { (void)JsonSchema::compile(schema_json); }
-
 GenerateResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
                         const StreamCallback& on_piece) {
     sampling::check_options(options);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "diskformer/diskformer.h"
+#include "diskformer/generate.h"
 
 namespace diskformer {
 namespace {
@@ -383,5 +384,8 @@ JsonSchema JsonSchema::compile(std::string_view text) {
     if (!(out.nodes_[static_cast<size_t>(out.root_)].reach & kObject)) throw Error("json schema: the top level must allow an object");
     return out;
 }
+
+// diskformer/generate.h's check, here beside the compiler it runs.
+void check_json_schema(std::string_view schema_json) { (void)JsonSchema::compile(schema_json); }
 
 }  // namespace diskformer

@@ -7,40 +7,10 @@
 namespace diskformer {
 namespace {
 
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-
-// Length of the valid UTF-8 character at s[i] (RFC 3629: no overlongs, surrogates or values
-// past U+10FFFF), or 0.
-size_t valid_char_len(std::string_view s, size_t i) {
-    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-    unsigned more = 0, lo = 0, hi = 0;
-    if (!utf8_lead(b(0), more, lo, hi)) return 0;
-    if (more == 0) return 1;
-    const size_t n = more + 1;
-    if (i + n > s.size() || b(1) < lo || b(1) > hi) return 0;
-    for (size_t k = 2; k < n; ++k)
-        if ((b(k) & 0xC0) != 0x80) return 0;
-    return n;
-}
-
 // Bytes of an incomplete UTF-8 sequence at the very end are not text: one U+FFFD for them.
-std::string complete_utf8(std::string bytes) { return bytes.empty() ? bytes : std::string(kReplacement); }
+std::string complete_utf8(std::string bytes) { return bytes.empty() ? bytes : std::string(kUtf8Replacement); }
 
 }  // namespace
-
-std::string valid_utf8(std::string_view bytes) {
-    std::string out;
-    for (size_t i = 0; i < bytes.size();) {
-        if (const size_t n = valid_char_len(bytes, i)) {
-            out.append(bytes, i, n);
-            i += n;
-        } else {
-            out.append(kReplacement);
-            ++i;
-        }
-    }
-    return out;
-}
 
 TextStream::TextStream(const df::tokenizer::Tokenizer& tok, std::vector<std::string> stop, Part start)
     : tok_(&tok),

@@ -2,7 +2,11 @@
 // time: shared by the text a user sees (text_stream) and JSON mode's strings (json_prefix).
 #pragma once
 
+#include <string_view>
+
 namespace diskformer {
+
+inline constexpr std::string_view kUtf8Replacement = "\xEF\xBF\xBD";  // U+FFFD, for bytes that are not text
 
 // Whether c may start a character; if so, how many continuation bytes follow it and the range
 // the first of them must lie in (later ones: 0x80..0xBF). ASCII has none.
