@@ -13,6 +13,10 @@
 
 // The store's root (store::Store::default_root()).
 std::string store_root();
+// Throws diskformer::Error unless a run could load the file: a GGUF whose architecture and
+// config the engine reads, with tensors (not a vocabulary-only file). The store takes in only
+// such files (import, pull).
+void check_model_file(const std::string& path);
 
 // -m and --draft-model take a file or a name in the model store: the option's value becomes the
 // file's path (an unknown name is a parse error naming what the store holds).

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -109,6 +110,18 @@ void run_pull(PullArgs a) {
         std::fprintf(stderr, "resumed from byte %llu\n", static_cast<unsigned long long>(r.resumed_from));
     if (r.sha256_from_server) std::fprintf(stderr, "sha256 matches the digest the server gave\n");
     else if (!r.sha256_checked && !r.already_present) std::fprintf(stderr, "sha256 not checked (none given, none from the server): pin it with --sha256\n");
+    // What was fetched must load: a wrong address can serve a web page with status 200.
+    try {
+        check_model_file(r.path);
+    } catch (const std::exception& e) {  // the GGUF reader's errors too
+        if (!into) {
+            std::fprintf(stderr, "warning: %s\n", e.what());  // -o: the file is kept as asked
+        } else {
+            std::error_code ec;
+            std::filesystem::remove(r.path, ec);
+            throw diskformer::Error(std::string(e.what()) + "; removed, not added to the store");
+        }
+    }
     if (into) {
         into->record(name, r.bytes, r.sha256, a.url);
         std::fprintf(stderr, "in the store as '%s' (diskformer run -m %s)\n", name.c_str(), name.c_str());
@@ -120,7 +133,7 @@ void run_pull(PullArgs a) {
 
 void register_pull(CLI::App& app) {
     auto a = std::make_shared<PullArgs>();
-    auto* c = app.add_subcommand("pull", "Download a model into the store, or to a file (resumes an interrupted download; checks size and sha256)");
+    auto* c = app.add_subcommand("pull", "Download a model into the store, or to a file (resumes an interrupted download; checks size, sha256 and that it loads)");
     c->add_option("url", a->url, "http(s) address of the file, or hf:OWNER/REPO/FILE[@REVISION] on the Hugging Face hub")->required();
     auto* out = c->add_option("-o,--out", a->out, "save it to this file instead of the store");
     c->add_option("--name", a->name, "its name in the store (default: the file name without .gguf)")->excludes(out);

@@ -19,14 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace store = diskformer::store;
 
-// A file is taken in only if a run could load it: a GGUF whose architecture and config the
-// engine reads, with tensors (not a vocabulary-only file).
-void check_model_file(const std::string& path) {
-    const auto j = df::model::inspect(*df::gguf::File::open(path));
-    if (j.contains("config_error")) throw diskformer::Error(path + " is not a model diskformer can run: " + j["config_error"].get<std::string>());
-    if (j["tensors"].empty()) throw diskformer::Error(path + " holds no tensors (a vocabulary-only file?)");
-}
-
 std::string human_size(uint64_t bytes) {
     char buf[32];
     if (bytes >= 1000000000) std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(bytes) / 1e9);
@@ -42,6 +34,12 @@ struct ImportArgs {
 }  // namespace
 
 std::string store_root() { return store::Store::default_root(); }
+
+void check_model_file(const std::string& path) {
+    const auto j = df::model::inspect(*df::gguf::File::open(path));
+    if (j.contains("config_error")) throw diskformer::Error(path + " is not a model diskformer can run: " + j["config_error"].get<std::string>());
+    if (j["tensors"].empty()) throw diskformer::Error(path + " holds no tensors (a vocabulary-only file?)");
+}
 
 void register_store(CLI::App& app) {
     {

@@ -32,6 +32,7 @@ TEST(Pull, SavesTheFileAndPrintsItsDigest) {
     const auto a = df::test::run_diskformer("pull '" + url + "' -o " + df::test::shell_quote(dir / "a.gguf"));
     ASSERT_EQ(a.code, 0) << a.err;
     EXPECT_EQ(df::test::slurp(dir / "a.gguf"), blob);
+    EXPECT_NE(a.err.find("warning: "), std::string::npos) << "the bytes are not a model: " << a.err;
     const size_t at = a.out.find("sha256 ");
     ASSERT_NE(at, std::string::npos) << a.out;
     const std::string sha = a.out.substr(at + 7, 64);
@@ -73,6 +74,14 @@ TEST(Pull, IntoTheStoreWhereRunFindsItByName) {
     const auto empty = df::test::run_diskformer("list");
     EXPECT_EQ(empty.code, 0) << empty.err;
     EXPECT_NE(empty.err.find("empty"), std::string::npos) << empty.err;
+
+    // What does not load (a web page served for a wrong address) does not enter the store.
+    const std::string page = "<!DOCTYPE html><html>not found</html>";
+    df::test::MiniHttp web([&](const df::test::HttpRequest& r) { return df::test::serve_range(r, page); });
+    const auto html = df::test::run_diskformer("pull '" + web.url("/repo/blob/main/Page.gguf") + "'");
+    EXPECT_EQ(html.code, 1);
+    EXPECT_NE(html.err.find("not added to the store"), std::string::npos) << html.err;
+    EXPECT_FALSE(fs::exists(dir / "home" / "models" / "Page.gguf"));
 
     const auto p = df::test::run_diskformer("pull '" + http.url("/repo/Tiny-Q8_0.gguf") + "'");
     ASSERT_EQ(p.code, 0) << p.err;
