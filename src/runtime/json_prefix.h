@@ -26,6 +26,13 @@ public:
     bool allows(std::string_view bytes) const;
     // The top-level object has closed: nothing but whitespace may follow.
     bool complete() const { return mode_ == Mode::done; }
+    // Inside a string that whole plain characters (not '"', '\\' or controls) leave as it is, up
+    // to the count of characters, which nothing here bounds: no pattern, key match or maximum
+    // length, the minimum met (TokenTrie::walk's `plain`).
+    bool free_string() const {
+        return mode_ == Mode::string && utf8_left_ == 0 && !need_low_ && !re_ && match_ == Match::none &&
+               str_max_ == INT_MAX && chars_ >= str_min_;
+    }
 
     static constexpr size_t kMaxDepth = 128;  // nesting beyond this is refused
     // Whitespace between tokens comes in runs of at most this many bytes (a model that keeps
@@ -124,6 +131,7 @@ public:
     bool allows(std::string_view bytes, bool special) const;
     void feed(std::string_view bytes);
     bool complete() const;  // all written: only an end token may follow
+    bool free_string() const { return stage_ == 1 && json_.free_string(); }  // JsonPrefix::free_string
     // One byte; in_object says whether the object (not a literal) took it, where special tokens
     // may not go (a byte at a time, for TokenTrie walks).
     bool advance(unsigned char c, bool& in_object);

@@ -39,18 +39,30 @@ void JsonTokens::mask(std::vector<float>& logits) const {
             JsonAnswer a;
             bool in_object = false;  // some byte went into the object: no special token here
         };
-        trie_->walk(
-            Walk{answer_},
-            [](Walk& w, uint8_t c) {
-                bool in = false;
-                if (!w.a.advance(c, in)) return false;
-                w.in_object = w.in_object || in;
-                return true;
-            },
-            [&](const Walk& w, std::span<const int32_t> ids) {
-                for (const int32_t t : ids)
-                    if (!tok_->is_eog(t) && (!special(t) || !w.in_object)) allow(t);
-            });
+        auto step = [](Walk& w, uint8_t c) {
+            bool in = false;
+            if (!w.a.advance(c, in)) return false;
+            w.in_object = w.in_object || in;
+            return true;
+        };
+        auto leaf = [&](const Walk& w, std::span<const int32_t> ids) {
+            for (const int32_t t : ids)
+                if (!tok_->is_eog(t) && (!special(t) || !w.in_object)) allow(t);
+        };
+        if (answer_.free_string()) {
+            // Inside a string most tokens are plain text, which leaves the state as it is (up to
+            // the UTF-8 reading): those are allowed at once, the rest walked from where they differ.
+            std::vector<Walk> plain;
+            for (const std::string_view lead : TokenTrie::kPlainLeads) {
+                Walk w{answer_, true};
+                for (const char c : lead) (void)step(w, static_cast<uint8_t>(c));
+                plain.push_back(w);
+            }
+            for (const int32_t t : trie_->plain_tokens()) allow(t);
+            trie_->walk_past_plain(std::span<const Walk>(plain), step, leaf);
+        } else {
+            trie_->walk(Walk{answer_}, step, leaf);
+        }
     }
     for (size_t i = 0; i < logits.size(); ++i)
         if (!ok_[i]) logits[i] = -INFINITY;

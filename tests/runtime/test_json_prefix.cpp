@@ -530,6 +530,7 @@ TEST(JsonTokens, TheMaskIsWhatAskingEachTokenGives) {
     ASSERT_GT(tok.vocab_size(), 150000u);
     const diskformer::TokenTrie trie(tok);
     const JsonSchema schema = JsonSchema::compile(R"({"properties": {"colour": {"enum": ["red", "green"]}, "n": {"type": "integer"}}})");
+    const JsonSchema lengths = JsonSchema::compile(R"({"properties": {"s": {"type": "string", "minLength": 3}, "m": {"type": "string", "maxLength": 4}}})");
     struct State {
         const JsonSchema* schema;
         const char* before;
@@ -537,7 +538,10 @@ TEST(JsonTokens, TheMaskIsWhatAskingEachTokenGives) {
     };
     for (const State st : {State{nullptr, "", ""}, State{nullptr, "", "{\"a"}, State{nullptr, "", "{\"a\": 1"},
                            State{nullptr, "", "{}"}, State{&schema, "", "{"}, State{&schema, "", "{\"colour\": \"gr"},
-                           State{&schema, "<tool_call>\n", ""}, State{nullptr, "<tool_call>\n", "<tool_call>\n{}"}}) {
+                           State{&schema, "<tool_call>\n", ""}, State{nullptr, "<tool_call>\n", "<tool_call>\n{}"},
+                           // inside strings: free ones (TokenTrie's plain nodes) and bounded ones
+                           State{nullptr, "", "{\"a\": \"hello wor"}, State{nullptr, "<tool_call>\n", "<tool_call>\n{\"k\": [\"x"},
+                           State{&lengths, "", "{\"s\": \"a"}, State{&lengths, "", "{\"s\": \"abcd"}, State{&lengths, "", "{\"m\": \"ab"}}) {
         SCOPED_TRACE(std::string(st.before) + " | " + st.text);
         diskformer::JsonTokens jt(tok, trie, st.schema, st.before, *st.before ? "\n</tool_call>" : "");
         for (const int32_t t : tok.encode(st.text, false)) {
@@ -554,6 +558,20 @@ TEST(JsonTokens, TheMaskIsWhatAskingEachTokenGives) {
         }
         EXPECT_GT(allowed, 0u);
     }
+    // The free strings above are the ones whose plain text leaves the state as it is.
+    auto free_after = [](const JsonSchema* sc, std::string_view text) {
+        JsonPrefix j(sc);
+        EXPECT_TRUE(j.feed(text)) << text;
+        return j.free_string();
+    };
+    EXPECT_TRUE(free_after(nullptr, "{\"a\": \"hello wor"));
+    EXPECT_TRUE(free_after(nullptr, "{\"a"));
+    EXPECT_FALSE(free_after(nullptr, "{\"a\": \"x\\"));
+    EXPECT_FALSE(free_after(nullptr, "{\"a\": \"\xC3"));
+    EXPECT_FALSE(free_after(&lengths, "{\"s\": \"a"));
+    EXPECT_TRUE(free_after(&lengths, "{\"s\": \"abc"));
+    EXPECT_FALSE(free_after(&lengths, "{\"m\": \"ab"));
+    EXPECT_FALSE(free_after(&schema, "{\"colour\": \"gr"));
 }
 
 }  // namespace
