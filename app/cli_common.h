@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cli_checks.h"
 #include "diskformer/diskformer.h"
 #include "diskformer/generate.h"
 #include "diskformer/store.h"
@@ -49,10 +50,10 @@ struct ModelArgs {
             ->transform(model_file_or_name());
         cmd.add_option("--backend", backend, "cpu, cuda or auto (cuda when a GPU is present)")
             ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-        cmd.add_option("-t,--threads", threads, "CPU threads (0: one per core)");
-        if (with_ctx) cmd.add_option("--ctx", ctx, "context size in tokens");
+        cmd.add_option("-t,--threads", threads, "CPU threads (0: one per core)")->check(non_negative());
+        if (with_ctx) cmd.add_option("--ctx", ctx, "context size in tokens")->check(at_least(1));
         cmd.add_option("--chunk", chunk, "prompt tokens per forward pass (0: 256 on the CPU; on a GPU 2048, 4096 for hybrid models)")
-            ->check(CLI::NonNegativeNumber);
+            ->check(non_negative());
         cmd.add_option("--kv-type", kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
     }
     diskformer::ModelOptions model_options() const {

@@ -324,8 +324,8 @@ void register_bench(CLI::App& app) {
     cmd->get_option("--ctx")->description("context size in tokens (default: what the run needs)");
     cmd->add_option("-p,--prompt", a->prompts, "prompt lengths to prefill (comma separated)")->delimiter(',');
     cmd->add_option("-n,--n-gen", a->n_gen, "tokens to decode after the first prompt length")
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--reps", a->reps, "measured repetitions (median, min, max)")->check(CLI::PositiveNumber);
+        ->check(non_negative());
+    cmd->add_option("--reps", a->reps, "measured repetitions (median, min, max)")->check(positive());
     cmd->add_option("--bw", a->bw, "bandwidth floor in GB/s (default: measure a host memory copy)");
     cmd->add_flag("--json", a->json, "print one JSON object");
     cmd->add_option("--verify", a->verify,

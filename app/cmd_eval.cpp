@@ -79,7 +79,7 @@ void register_eval(CLI::App& app) {
     a->model.add_to(*cmd);
     cmd->add_option("--tokens", a->tokens_path, "JSON array of token ids")->required();
     cmd->add_option("--logits-out", a->logits_out, "write logits of every position (f32, positions x vocab)");
-    cmd->add_option("--greedy", a->greedy, "generate N tokens greedily")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--greedy", a->greedy, "generate N tokens greedily")->check(non_negative());
     cmd->add_option("--ids-out", a->ids_out, "write the greedy ids as a JSON array (default: stdout)");
     cmd->callback([a] { run(*a); });
 }

@@ -139,6 +139,6 @@ void register_pull(CLI::App& app) {
     c->add_option("--name", a->name, "its name in the store (default: the file name without .gguf)")->excludes(out);
     c->add_option("--sha256", a->sha256, "expected sha256 (64 hex digits): a file that differs is removed");
     c->add_option("--size", a->size, "expected size in bytes");
-    c->add_option("--attempts", a->attempts, "transfers tried before giving up (each resumes)")->check(CLI::PositiveNumber);
+    c->add_option("--attempts", a->attempts, "transfers tried before giving up (each resumes)")->check(positive());
     c->callback([a] { run_pull(*a); });
 }

@@ -83,7 +83,7 @@ void register_serve(CLI::App& app) {
         ->check(CLI::Range(1, 64));
     cmd->add_option("--queue", s.queue, "requests that may wait for a slot; more are refused at once (HTTP 503)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative());
     cmd->add_option("--alias", s.model_id, "the model's name in the API (default: the file name)");
     cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (default: $DISKFORMER_API_KEY; none)");
     cmd->add_flag("!--no-log", s.log, "do not print a line per request");

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
@@ -57,8 +58,8 @@ void register_synth(CLI::App& app) {
     cmd->add_option("--out", a->out, "GGUF file to write");
     cmd->add_option("--seed", a->seed, "random seed (same seed, same bytes)");
     cmd->add_option("--layers", a->layers, "keep only the first N layers (same attention pattern)")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--threads", a->threads, "generator threads (0: one per core)")->check(CLI::NonNegativeNumber);
+        ->check(positive());
+    cmd->add_option("--threads", a->threads, "generator threads (0: one per core)")->check(non_negative());
     cmd->add_flag("--dry-run", a->dry_run, "print the layout summary without writing");
     cmd->add_flag("--list", a->list, "list the presets");
     cmd->add_option("--dflash-for", a->dflash_for,

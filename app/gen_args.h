@@ -11,6 +11,8 @@
 #include <iterator>
 #include <vector>
 
+#include "cli_checks.h"
+
 #include "diskformer/generate.h"
 
 // Length and sampling: what `serve` takes as the defaults for fields a request leaves out.
@@ -23,14 +25,14 @@ struct SamplingArgs {
     void add_to(CLI::App& cmd) {
         cmd.add_option("-n,--max-tokens", max_tokens, "new tokens per answer at most (-1: until the model ends or the context is full)")
             ->check(CLI::Range(-1, 1 << 30));
-        cmd.add_option("--temp", temperature, "sampling temperature (0: greedy, the default)")->check(CLI::NonNegativeNumber);
-        cmd.add_option("--top-k", top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+        cmd.add_option("--temp", temperature, "sampling temperature (0: greedy, the default)")->check(non_negative());
+        cmd.add_option("--top-k", top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str()->check(non_negative());
         cmd.add_option("--top-p", top_p, "… the fewest whose probability reaches p (1: all)")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
         cmd.add_option("--min-p", min_p, "… at least min-p × the likeliest (0: all)")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-        cmd.add_option("--repeat-penalty", repeat_penalty, "penalise recently seen tokens (1: off)")->check(CLI::PositiveNumber);
+        cmd.add_option("--repeat-penalty", repeat_penalty, "penalise recently seen tokens (1: off)")->check(positive());
         cmd.add_option("--presence-penalty", presence_penalty, "subtract from recently seen tokens' logits (0: off)");
         cmd.add_option("--frequency-penalty", frequency_penalty, "subtract this times how often a recent token occurs (0: off)");
-        cmd.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens the penalties see")->capture_default_str()->check(CLI::NonNegativeNumber);
+        cmd.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens the penalties see")->capture_default_str()->check(non_negative());
         draft_option = cmd.add_option("--draft", draft,
                                       "speculative decoding, greedy only: verify up to N drafted tokens per pass, guessed by "
                                       "prompt lookup (faster where text repeats) or by --draft-model (default 7 with it); the "

@@ -99,6 +99,11 @@ TEST(Run, BadInputIsOneLineAndExitOne) {
     expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --top-p 0"), "top_p");
     expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --think --no-think"), "--no-think");
     expect_one_line_error(diskformer("chat -m /no/such/model.gguf"), "/no/such/model.gguf");
+    // Numbers out of range say the bound plainly.
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --temp -1"), "--temp: must be at least 0, got -1");
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --repeat-penalty 0"), "must be above 0");
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --ctx 0"), "--ctx: must be at least 1");
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --top-k many"), "'many' is not a number");
 }
 
 TEST(Run, ADraftModelGivesTheSameAnswer) {
