@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "seeds.h"
 
 namespace {
 
@@ -108,13 +109,7 @@ std::vector<uint8_t> bytes_of(size_t n, uint8_t seed) {
 }
 
 void write_seed(const std::string& dir, const std::string& name, const std::vector<uint8_t>& b) {
-    const std::string path = dir + "/" + name;
-    std::FILE* out = std::fopen(path.c_str(), "wb");
-    if (!out || std::fwrite(b.data(), 1, b.size(), out) != b.size()) {
-        std::fprintf(stderr, "fuzz_gguf: cannot write %s\n", path.c_str());
-        std::exit(1);
-    }
-    std::fclose(out);
+    df::fuzz::write_seed(dir, name, std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
 }
 
 // Small files that reach every part of the reader: each value type, nested arrays, a vocab,
@@ -165,13 +160,7 @@ void write_seeds(const std::string& dir) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    if (const char* dir = std::getenv("DF_FUZZ_WRITE_SEEDS")) {
-        write_seeds(dir);
-        std::exit(0);
-    }
-    return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return df::fuzz::seed_or_run(write_seeds); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::unique_ptr<File> f;

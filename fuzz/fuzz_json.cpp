@@ -8,13 +8,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <string_view>
 
 #include "diskformer/diskformer.h"
 #include "runtime/json_prefix.h"
 #include "runtime/json_schema.h"
+#include "seeds.h"
 
 namespace {
 
@@ -44,7 +44,7 @@ void check(const JsonSchema* schema, std::string_view doc) {
     }
 }
 
-void write_seeds(const char* dir) {
+void write_seeds(const std::string& dir) {
     const char* seeds[] = {
         R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 40}, "b": {"enum": [1, "x", null, true]}}, "required": ["a"]})"
         "\n{\"a\": 12, \"b\": \"x\"}",
@@ -61,18 +61,12 @@ void write_seeds(const char* dir) {
         "\n{\"id\": \"AB-123-\u03b1\", \"w\": \"abc\u00e9\u00e9y\"}",
     };
     int i = 0;
-    for (const char* s : seeds) std::ofstream(std::string(dir) + "/seed" + std::to_string(i++)) << s;
+    for (const char* s : seeds) df::fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
 }
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    if (const char* dir = std::getenv("DF_FUZZ_WRITE_SEEDS")) {
-        write_seeds(dir);
-        std::exit(0);
-    }
-    return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return df::fuzz::seed_or_run(write_seeds); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view in(reinterpret_cast<const char*>(data), size);

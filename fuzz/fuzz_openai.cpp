@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <string>
 #include <string_view>
 
 #include "server/openai.h"
+#include "seeds.h"
 
 namespace {
 
@@ -53,7 +53,7 @@ void tool_calls(std::string_view text, size_t step) {
     if (whole.calls.empty() && sent + end.content != text) fail("the stream changed a text without calls", sent + end.content);
 }
 
-void write_seeds(const char* dir) {
+void write_seeds(const std::string& dir) {
     const char* seeds[] = {
         R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 3, "stop": ["\n\n"]})",
         R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Weather?"}]}], "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}], "tool_choice": "required"})",
@@ -65,18 +65,12 @@ void write_seeds(const char* dir) {
         "if a < b then <tool <tool_call>not json</tool_call>",
     };
     int i = 0;
-    for (const char* s : seeds) std::ofstream(std::string(dir) + "/seed" + std::to_string(i++)) << s;
+    for (const char* s : seeds) df::fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
 }
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    if (const char* dir = std::getenv("DF_FUZZ_WRITE_SEEDS")) {
-        write_seeds(dir);
-        std::exit(0);
-    }
-    return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return df::fuzz::seed_or_run(write_seeds); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view in(reinterpret_cast<const char*>(data), size);

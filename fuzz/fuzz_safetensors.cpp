@@ -5,12 +5,12 @@
 // DF_FUZZ_WRITE_SEEDS=DIR fuzz_safetensors  writes seed files into DIR and exits (fuzz/run.sh).
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf.h"
 #include "model/safetensors.h"
+#include "seeds.h"
 
 namespace {
 
@@ -22,25 +22,22 @@ using df::model::SafeTensors;
     std::abort();
 }
 
+void write_seeds(const std::string& dir) {
+    const std::vector<std::vector<SafeTensorData>> seeds = {
+        {{"a", "BF16", {2, 3}, std::vector<uint8_t>(12, 1)}, {"b", "F32", {4}, std::vector<uint8_t>(16, 2)}},
+        {{"layers.0.mlp.up_proj.weight", "F16", {4, 8}, std::vector<uint8_t>(64, 3)}},
+        {},
+    };
+    int i = 0;
+    for (const auto& s : seeds) {
+        const auto bytes = df::model::safetensors_bytes(s);
+        df::fuzz::write_seed(dir, "seed" + std::to_string(i++), std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    }
+}
+
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    if (const char* dir = std::getenv("DF_FUZZ_WRITE_SEEDS")) {
-        const std::vector<std::vector<SafeTensorData>> seeds = {
-            {{"a", "BF16", {2, 3}, std::vector<uint8_t>(12, 1)}, {"b", "F32", {4}, std::vector<uint8_t>(16, 2)}},
-            {{"layers.0.mlp.up_proj.weight", "F16", {4, 8}, std::vector<uint8_t>(64, 3)}},
-            {},
-        };
-        int i = 0;
-        for (const auto& s : seeds) {
-            const auto bytes = df::model::safetensors_bytes(s);
-            std::ofstream(std::string(dir) + "/seed" + std::to_string(i++), std::ios::binary)
-                .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-        }
-        std::exit(0);
-    }
-    return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return df::fuzz::seed_or_run(write_seeds); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::unique_ptr<SafeTensors> st;
