@@ -642,8 +642,29 @@ struct Server::Impl {
             log(req.method + " " + req.path + " 500 · " + what);
         });
 
-        http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& s) { completion(q, s, true); });
-        http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completion(q, s, false); });
+        // The POST routes read their bodies themselves: httplib would parse a body sent as
+        // application/x-www-form-urlencoded (curl -d's default) as a form and refuse one above
+        // 8 KB; the API's bodies are JSON whatever the header says (kMaxBody still applies).
+        auto json_body = [this](auto handle) {
+            return [this, handle](const httplib::Request& q, httplib::Response& res, const httplib::ContentReader& read) {
+                if (q.is_multipart_form_data()) {  // read (so the connection stays in step) and refused
+                    if (!read([](const httplib::MultipartFormData&) { return true; }, [](const char*, size_t) { return true; })) return;
+                    send_error(res, ApiError(400, "the request body must be JSON, not multipart form data"));
+                    log(q.method + " " + q.path + " 400");
+                    return;
+                }
+                httplib::Request r = q;
+                r.body.clear();
+                if (!read([&r](const char* data, size_t n) {
+                        r.body.append(data, n);
+                        return true;
+                    }))
+                    return;  // httplib set the status (413: too large, 400: a broken body); the error handler answers
+                handle(r, res);
+            };
+        };
+        http.Post("/v1/chat/completions", json_body([this](const httplib::Request& q, httplib::Response& s) { completion(q, s, true); }));
+        http.Post("/v1/completions", json_body([this](const httplib::Request& q, httplib::Response& s) { completion(q, s, false); }));
         http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             const auto& info = model->info();
             send_json(res, 200,
@@ -660,7 +681,7 @@ struct Server::Impl {
                                                         {"weight_bytes", info.weight_bytes}}}}})}});
         });
         // llama.cpp's utility routes: text to tokens, tokens to text, a conversation to its prompt.
-        http.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& res) {
+        http.Post("/tokenize", json_body([this](const httplib::Request& q, httplib::Response& res) {
             utility(q, res, [this](const Json& body) {
                 const Json* content = body.is_object() && body.contains("content") ? &body["content"] : nullptr;
                 if (!content || !content->is_string()) throw ApiError(400, "\"content\" must be a string", "content");
@@ -684,8 +705,8 @@ struct Server::Impl {
                 }
                 return Json{{"tokens", tokens}};
             });
-        });
-        http.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& res) {
+        }));
+        http.Post("/detokenize", json_body([this](const httplib::Request& q, httplib::Response& res) {
             utility(q, res, [this](const Json& body) {
                 const Json* tokens = body.is_object() && body.contains("tokens") ? &body["tokens"] : nullptr;
                 if (!tokens || !tokens->is_array()) throw ApiError(400, "\"tokens\" must be an array of token ids", "tokens");
@@ -697,14 +718,14 @@ struct Server::Impl {
                 }
                 return Json{{"content", model->detokenize(ids)}};
             });
-        });
-        http.Post("/apply-template", [this](const httplib::Request& q, httplib::Response& res) {
+        }));
+        http.Post("/apply-template", json_body([this](const httplib::Request& q, httplib::Response& res) {
             utility(q, res, [this, &q](const Json& body) {
                 nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(q.body, nullptr, false);
                 const Request r = parse_chat_request(body, opt.defaults, &ordered);
                 return Json{{"prompt", model->detokenize(prompt_tokens(r))}};
             });
-        });
+        }));
         http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
             res.set_content(metrics(), "text/plain; version=0.0.4; charset=utf-8");
         });

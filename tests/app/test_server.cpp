@@ -721,6 +721,20 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
     EXPECT_EQ(h["requests"]["rejected"], cases.size() + 1);
     EXPECT_EQ(h["requests"]["served"], 1);
     EXPECT_EQ(h["requests"]["failed"], 0);
+
+    // A body is JSON whatever its Content-Type says: curl -d sends application/x-www-form-urlencoded,
+    // which httplib alone would parse as a form and refuse above 8 KB (padding: JSON whitespace).
+    const std::string padded = chat_body({{"user", "hi"}}, 3).dump() + std::string(9000, ' ');
+    auto form = c.Post(chat.c_str(), padded, "application/x-www-form-urlencoded");
+    ASSERT_TRUE(form);
+    EXPECT_EQ(form->status, 200) << form->body;
+    EXPECT_EQ(Json::parse(form->body, nullptr, false)["object"], "chat.completion") << form->body;
+    httplib::MultipartFormDataItems items = {{"messages", "[]", "", ""}};
+    auto multipart = c.Post(chat.c_str(), items);
+    ASSERT_TRUE(multipart);
+    EXPECT_EQ(multipart->status, 400);
+    EXPECT_NE(multipart->body.find("multipart"), std::string::npos) << multipart->body;
+    EXPECT_EQ(post(s, chat, chat_body({{"user", "hi"}}, 3)).status, 200) << "the connection after a refused multipart body";
 }
 
 TEST(Server, ANewConversationBorrowsTheSharedSystemPromptFromAnotherSlot) {
