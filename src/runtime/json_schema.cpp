@@ -214,9 +214,10 @@ public:
             }
             n.pattern = static_cast<int>(regexes.size()) - 1;
             if (n.types == JsonSchema::kString && n.choices.empty() && !regexes.back().fits(regexes.back().start(), n.min_length, n.max_length))
-                fail(where, "no string of " + std::to_string(n.min_length) + " to " +
-                                (n.max_length == INT_MAX ? std::string("any number of") : std::to_string(n.max_length)) +
-                                " characters matches it (minLength / maxLength)");
+                fail(where, n.max_length == INT_MAX
+                                ? "no string of at least " + std::to_string(n.min_length) + " characters matches it (minLength)"
+                                : "no string of " + std::to_string(n.min_length) + " to " + std::to_string(n.max_length) +
+                                      " characters matches it (minLength / maxLength)");
             // enum / const strings are generated as written: each must match too.
             for (const auto& c : n.choices) {
                 const OJ e = OJ::parse(c);

@@ -420,6 +420,11 @@ TEST(JsonSchema, PatternsWithLengthBoundsNeverDeadEnd) {
             << bad;
     }
     EXPECT_NO_THROW(JsonSchema::compile(R"({"type": "object", "properties": {"a": {"pattern": "^x+$", "minLength": 9}}})"));
+    try {
+        (void)JsonSchema::compile(R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x{1,2}$", "minLength": 3}}})");
+    } catch (const diskformer::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("/properties/a/pattern: no string of at least 3 characters matches it"), std::string::npos) << e.what();
+    }
 }
 
 // Formats JSON mode knows are enforced as their syntax (pydantic writes "format": "date-time"
