@@ -11,6 +11,7 @@
 // argument says otherwise. Contracts on each op name shapes and what may alias.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -114,6 +115,9 @@ struct GdnMixLane {
 struct RopeShape {
     int n_rot = 0;
     float base = 10000.f;
+    // Pair i of a head turns by pos * theta_scale()^i. One expression for every backend: their
+    // rotations, and so their bits, agree only if this float does.
+    float theta_scale() const { return std::pow(base, -2.0f / static_cast<float>(n_rot)); }
 };
 
 class Backend {

@@ -24,20 +24,44 @@ void expect_bits(const Buf<T>& a, const Buf<T>& b, size_t n, const char* what) {
     EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), n * sizeof(T))) << what;
 }
 
+std::vector<float> uniform(std::mt19937_64& g, size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(g);
+    return v;
+}
+
+// A GDN layer's random weights on the GPU (built in place: Buf does not move) and the step
+// arguments they and the shape fill in.
+struct GdnLayer {
+    int Hk, Hv, C;
+    Buf<float> conv_w, dt_bias, a_neg, norm_w;
+    GdnLayer(Backend& gpu, std::mt19937_64& g, int hk, int hv)
+        : Hk(hk), Hv(hv), C((2 * hk + hv) * kD), conv_w(gpu, uniform(g, static_cast<size_t>(C) * kTaps, -0.5f, 0.5f)),
+          dt_bias(gpu, uniform(g, hv, -7.f, -2.f)), a_neg(gpu, uniform(g, hv, -16.f, -1.f)), norm_w(gpu, randn(g, kD)) {}
+    cuda::GdnStepArgs args() const {
+        cuda::GdnStepArgs a;
+        a.conv_w = conv_w.p();
+        a.dt_bias = dt_bias.p();
+        a.a_neg = a_neg.p();
+        a.norm_w = norm_w.p();
+        a.k_heads = Hk;
+        a.v_heads = Hv;
+        a.head_dim = kD;
+        a.taps = kTaps;
+        a.eps = 1e-6f;
+        return a;
+    }
+};
+
 // Two copies of a layer's state, the fused kernel driving one and the three kernels the other.
 void check_shape_split(int Hk, int Hv, bool convert, std::initializer_list<int> Ts, int split, bool late) {
     Backend& gpu = *gpu_backend();
     auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
     const cudaStream_t st = cuda.stream();
     auto g = test_rng();
-    const int C = (2 * Hk + Hv) * kD, cols = Hv * kD, units = cols / 256;
-    std::uniform_real_distribution<float> u(-0.5f, 0.5f), a_dist(1.f, 16.f), dt(-7.f, -2.f);
-    std::vector<float> convw(static_cast<size_t>(C) * kTaps), dt_bias(Hv), a_neg(Hv);
-    for (auto& v : convw) v = u(g);
-    for (auto& v : a_neg) v = -a_dist(g);
-    for (auto& v : dt_bias) v = dt(g);
-    const auto norm_w = randn(g, kD);
-    Buf<float> cw(gpu, convw), db(gpu, dt_bias), an(gpu, a_neg), nw(gpu, norm_w);
+    const GdnLayer w(gpu, g, Hk, Hv);
+    const int C = w.C, cols = Hv * kD, units = cols / 256;
     // Non-zero starting states (as after a prompt).
     const auto cs0 = randn(g, static_cast<size_t>(kTaps - 1) * C), ss0 = randn(g, static_cast<size_t>(Hv) * kD * kD, 0.1f);
     Buf<float> cs1(gpu, cs0), cs2(gpu, cs0), ss1(gpu, ss0), ss2(gpu, ss0);
@@ -56,21 +80,12 @@ void check_shape_split(int Hk, int Hv, bool convert, std::initializer_list<int> 
         o1.poison();
         o2.poison();
 
-        cuda::GdnStepArgs a;
+        cuda::GdnStepArgs a = w.args();
         a.qkv = x1.p();
         a.z = zb.p();
         a.alpha = al.p();
         a.beta = be.p();
-        a.conv_w = cw.p();
-        a.dt_bias = db.p();
-        a.a_neg = an.p();
-        a.norm_w = nw.p();
         a.T = T;
-        a.k_heads = Hk;
-        a.v_heads = Hv;
-        a.head_dim = kD;
-        a.taps = kTaps;
-        a.eps = 1e-6f;
         a.blocks_per_head = split;
         a.counters = counters.p();
         a.counter_count = Hk;
@@ -85,13 +100,13 @@ void check_shape_split(int Hk, int Hv, bool convert, std::initializer_list<int> 
         ASSERT_TRUE(cuda::gdn_step_fits(a));
         cuda::launch_gdn_step(a, st);
 
-        cuda::launch_gdn_conv(x2.p(), T, C, kTaps, cw.p(), cs2.p(), st);
+        cuda::launch_gdn_conv(x2.p(), T, C, kTaps, w.conv_w.p(), cs2.p(), st);
         cuda::GdnArgs d;
         d.qkv = x2.p();
         d.alpha = al.p();
         d.beta = be.p();
-        d.dt_bias = db.p();
-        d.a_neg = an.p();
+        d.dt_bias = w.dt_bias.p();
+        d.a_neg = w.a_neg.p();
         d.T = T;
         d.k_heads = Hk;
         d.v_heads = Hv;
@@ -100,7 +115,7 @@ void check_shape_split(int Hk, int Hv, bool convert, std::initializer_list<int> 
         d.state = ss2.p();
         d.out = o2.p();
         cuda::launch_gdn_delta(d, st);
-        cuda::launch_gated_rmsnorm_quant(o2.p(), zb.p(), nw.p(), T, Hv, kD, 1e-6f, o2.p(), reinterpret_cast<uint2*>(q2.p()),
+        cuda::launch_gated_rmsnorm_quant(o2.p(), zb.p(), w.norm_w.p(), T, Hv, kD, 1e-6f, o2.p(), reinterpret_cast<uint2*>(q2.p()),
                                          e2.p(), st);
 
         expect_bits(o1, o2, o1.size(), "outputs");
@@ -145,14 +160,10 @@ void check_lanes(int Hk, int Hv, std::initializer_list<int> Ts) {
     auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
     const cudaStream_t st = cuda.stream();
     auto g = test_rng();
-    const int n = static_cast<int>(Ts.size()), C = (2 * Hk + Hv) * kD, cols = Hv * kD;
+    const int n = static_cast<int>(Ts.size()), cols = Hv * kD;
     SCOPED_TRACE("Hk " + std::to_string(Hk) + " Hv " + std::to_string(Hv) + " lanes " + std::to_string(n));
-    std::uniform_real_distribution<float> u(-0.5f, 0.5f), a_dist(1.f, 16.f), dt(-7.f, -2.f);
-    std::vector<float> convw(static_cast<size_t>(C) * kTaps), dt_bias(Hv), a_neg(Hv);
-    for (auto& v : convw) v = u(g);
-    for (auto& v : a_neg) v = -a_dist(g);
-    for (auto& v : dt_bias) v = dt(g);
-    Buf<float> cw(gpu, convw), db(gpu, dt_bias), an(gpu, a_neg), nw(gpu, randn(g, kD));
+    const GdnLayer w(gpu, g, Hk, Hv);
+    const int C = w.C;
     Buf<uint32_t> counters(gpu, std::vector<uint32_t>(static_cast<size_t>(Hk) * n + 1, 0u));
     struct Lane {
         std::unique_ptr<Buf<float>> x, z, al, be, cs[2], ss[2], o[2];
@@ -175,16 +186,7 @@ void check_lanes(int Hk, int Hv, std::initializer_list<int> Ts) {
         }
         lanes.push_back(std::move(l));
     }
-    cuda::GdnStepArgs a;
-    a.conv_w = cw.p();
-    a.dt_bias = db.p();
-    a.a_neg = an.p();
-    a.norm_w = nw.p();
-    a.k_heads = Hk;
-    a.v_heads = Hv;
-    a.head_dim = kD;
-    a.taps = kTaps;
-    a.eps = 1e-6f;
+    cuda::GdnStepArgs a = w.args();
     a.counters = counters.p();
     a.counter_count = Hk * n;
     for (int round = 0; round < 2; ++round) {  // twice: the second over the states the first left

@@ -162,7 +162,7 @@ void CpuBackend::head_norm_rope(float* x, int heads, int head_dim, int head_stri
                                 const Step& s) {
     const int half = rope.n_rot / 2;
     // ggml's rope cache: theta built by repeated multiplication in f32.
-    const float theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));
+    const float theta_scale = rope.theta_scale();
     std::vector<float> cs(static_cast<size_t>(half) * 2);
     for (int t = 0; t < s.T; ++t) {
         float theta = static_cast<float>(s.pos[t]);

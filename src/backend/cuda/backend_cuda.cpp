@@ -834,7 +834,7 @@ void CudaBackend::head_norm_rope(float* x, int heads, int head_dim, int head_str
     qg_src_ = nullptr;
     if (s.T <= 0) return;
     // The same host expression as the CPU backend, so both start from the same f32 ratio.
-    const float theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));
+    const float theta_scale = rope.theta_scale();
     const auto end = [&](const float* p, int r) { return p + static_cast<int64_t>(s.T) * r; };
     const HeadSet& q = prep_.set[0];
     const bool joins = prep_.sets == 1 && !prep_.k_cache && prep_.T == s.T && prep_.pos == s.pos &&
@@ -947,7 +947,7 @@ void CudaBackend::attention_lanes(std::span<const AttnLane> lanes, float* q, flo
     p.head_dim = a.head_dim;
     p.n_rot = rope.n_rot;
     p.eps = eps;
-    p.theta_scale = std::pow(rope.base, -2.0f / static_cast<float>(rope.n_rot));  // as head_norm_rope
+    p.theta_scale = rope.theta_scale();
     p.pos = lanes[0].s.pos;
     p.v = v;
     p.half_cache = kt == KvType::f16;

@@ -282,7 +282,7 @@ void launch_rmsnorm_quant(const float* x, int64_t x_stride, const float* w, int 
 // Backend::head_norm_rope of one or two head sets (q and k) that share head_dim and RoPE, in one
 // launch; with k_cache set, the last set is k (heads * head_dim = kv_dim values per token,
 // contiguous) and, once normed and rotated, it and v are stored as Backend::kv_store would.
-// theta_scale = powf(base, -2/n_rot) computed on the host.
+// theta_scale = RopeShape::theta_scale(), computed on the host.
 // A batched pass's rows from several sequences (Backend::attention_lanes): row t's KV cache.
 inline constexpr int kMaxLaneRows = 8;
 struct RowCaches {
