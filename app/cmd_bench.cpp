@@ -198,7 +198,7 @@ void run(const BenchArgs& a) {
         diskformer::GenerateOptions go;
         go.max_tokens = a.n_gen + 1;  // the first token comes from the prompt's logits: n_gen passes
         std::vector<double> totals, per_stream;
-        double share = 0;
+        uint64_t passes = 0, shared_steps = 0, lone_steps = 0;  // over the measured reps
         for (int r = -1; r < a.reps; ++r) {  // r = -1: a warm-up
             for (int i = 0; i < n; ++i) ss[i]->set_prompt(prompts[i]);  // generate() then evaluates none of it
             const auto before = model->batch_stats();
@@ -219,16 +219,22 @@ void run(const BenchArgs& a) {
             }
             totals.push_back(sec > 0 ? tokens / sec : 0);
             per_stream.push_back(spread(rates).median);
-            const double steps = static_cast<double>(after.batched_steps - before.batched_steps + after.lone_steps - before.lone_steps);
-            share = steps > 0 ? (after.batched_steps - before.batched_steps) / steps : 0;
+            passes += after.passes - before.passes;
+            shared_steps += after.batched_steps - before.batched_steps;
+            lone_steps += after.lone_steps - before.lone_steps;
         }
         const Spread tot = spread(totals), per = spread(per_stream);
+        // How full the passes were: a loop late for a pass takes the next one (runtime/engine.cpp).
+        const double steps = static_cast<double>(shared_steps + lone_steps);
+        const double share = steps > 0 ? static_cast<double>(shared_steps) / steps : 0;
+        const double per_pass = passes + lone_steps > 0 ? steps / static_cast<double>(passes + lone_steps) : 0;
         parallel.push_back({{"streams", n}, {"tok_s_total", tot.median}, {"min", tot.min}, {"max", tot.max},
-                            {"tok_s_per_stream", per.median}, {"batched_share", share}});
-        char line[200];
+                            {"tok_s_per_stream", per.median}, {"batched_share", share}, {"steps_per_pass", per_pass}});
+        char line[240];
         std::snprintf(line, sizeof line,
-                      "parallel %5d streams %9.2f tok/s in all  [%.2f, %.2f]  %.2f tok/s each, %.0f %% of steps in shared passes",
-                      n, tot.median, tot.min, tot.max, per.median, 100 * share);
+                      "parallel %5d streams %9.2f tok/s in all  [%.2f, %.2f]  %.2f tok/s each, %.0f %% of steps in shared "
+                      "passes, %.2f steps per pass",
+                      n, tot.median, tot.min, tot.max, per.median, 100 * share, per_pass);
         parallel_lines.push_back(line);
     }
     const diskformer::Stats last = s.stats();  // memory by kind (the session's peak: it never shrinks)

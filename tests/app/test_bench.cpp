@@ -90,3 +90,28 @@ TEST(Bench, DflashRoundsOnARandomDrafter) {
     ASSERT_EQ(run(kBinary + " synth --preset tiny-qwen35 --seed 4 --out " + hybrid).first, 0);
     EXPECT_NE(run(kBinary + " synth --dflash-for " + hybrid + " --out " + drafter + "2 2>&1").first, 0);
 }
+
+// `bench --parallel`: n generations at once report their rate and how their steps shared passes
+// (never more steps per pass than streams).
+TEST(Bench, ParallelReportsHowStepsSharedPasses) {
+    TempDir dir;
+    const std::string model = (dir.path / "tiny.gguf").string();
+    ASSERT_EQ(run(kBinary + " synth --preset tiny-qwen3 --seed 5 --out " + model).first, 0);
+    const auto [rc, out] =
+        run(kBinary + " bench -m " + model + " --backend cpu --json -p 8 -n 6 --reps 1 --bw 10 --threads 2 --parallel 2,3");
+    ASSERT_EQ(rc, 0) << out;
+    const auto par = nlohmann::json::parse(out).at("parallel");
+    ASSERT_EQ(par.size(), 2u);
+    for (size_t i = 0; i < par.size(); ++i) {
+        const auto& p = par[i];
+        const int n = static_cast<int>(i) + 2;
+        EXPECT_EQ(p.at("streams"), n);
+        EXPECT_GT(p.at("tok_s_total").get<double>(), 0);
+        EXPECT_GT(p.at("tok_s_per_stream").get<double>(), 0);
+        const double share = p.at("batched_share").get<double>(), per_pass = p.at("steps_per_pass").get<double>();
+        EXPECT_GE(share, 0);
+        EXPECT_LE(share, 1);
+        EXPECT_GE(per_pass, 1);
+        EXPECT_LE(per_pass, n);
+    }
+}
