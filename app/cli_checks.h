@@ -1,14 +1,23 @@
-// Number checks for command-line options whose messages say the bound plainly (CLI11's
-// PositiveNumber and NonNegativeNumber print the largest double as the end of their range).
+// Number checks for command-line options whose messages say the bounds plainly (CLI11's
+// PositiveNumber and NonNegativeNumber print the largest double as the end of their range, its
+// Range prints "0.000000").
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <string>
+
+// A bound as a person writes it: 1, 0.5, 65535.
+inline std::string plain_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.10g", v);
+    return buf;
+}
 
 // The value is a number and at least `lo` (above it when `strict`).
 inline CLI::Validator at_least(double lo, bool strict = false) {
-    const std::string bound = lo == static_cast<double>(static_cast<long long>(lo)) ? std::to_string(static_cast<long long>(lo)) : std::to_string(lo);
+    const std::string bound = plain_number(lo);
     const std::string need = (strict ? "above " : "at least ") + bound;
     return CLI::Validator(
         [lo, strict, need](std::string& s) -> std::string {
@@ -21,3 +30,16 @@ inline CLI::Validator at_least(double lo, bool strict = false) {
 }
 inline CLI::Validator non_negative() { return at_least(0); }
 inline CLI::Validator positive() { return at_least(0, true); }
+
+// The value is a number in [lo, hi].
+inline CLI::Validator in_range(double lo, double hi) {
+    const std::string range = plain_number(lo) + " to " + plain_number(hi);
+    return CLI::Validator(
+        [lo, hi, range](std::string& s) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(s, v)) return "'" + s + "' is not a number";
+            if (v >= lo && v <= hi) return {};
+            return "must be " + range + ", got " + s;
+        },
+        "[" + range + "]");
+}

@@ -198,7 +198,7 @@ void register_batch(CLI::App& app) {
     cmd->add_option("--parallel", a->parallel,
                     "prompts generated at once (each a session of --ctx tokens; their steps share passes)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 64));
+        ->check(in_range(1, 64));
     cmd->add_flag("--raw", a->raw, "feed each prompt as is, without the chat template (control tokens parsed)");
     a->gen.add_to(*cmd);
     cmd->callback([a] {

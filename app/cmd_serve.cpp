@@ -77,10 +77,10 @@ void register_serve(CLI::App& app) {
     a->model.add_to(*cmd);
     auto& s = a->server;
     cmd->add_option("--host", s.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
-    cmd->add_option("--port", s.port, "TCP port (0: any free one)")->capture_default_str()->check(CLI::Range(0, 65535));
+    cmd->add_option("--port", s.port, "TCP port (0: any free one)")->capture_default_str()->check(in_range(0, 65535));
     cmd->add_option("--slots", s.slots, "requests served at once, their steps batched (each slot keeps a conversation cached in a KV cache of --ctx tokens)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 64));
+        ->check(in_range(1, 64));
     cmd->add_option("--queue", s.queue, "requests that may wait for a slot; more are refused at once (HTTP 503)")
         ->capture_default_str()
         ->check(non_negative());

@@ -24,11 +24,11 @@ struct SamplingArgs {
 
     void add_to(CLI::App& cmd) {
         cmd.add_option("-n,--max-tokens", max_tokens, "new tokens per answer at most (-1: until the model ends or the context is full)")
-            ->check(CLI::Range(-1, 1 << 30));
+            ->check(in_range(-1, 1 << 30));
         cmd.add_option("--temp", temperature, "sampling temperature (0: greedy, the default)")->check(non_negative());
         cmd.add_option("--top-k", top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str()->check(non_negative());
-        cmd.add_option("--top-p", top_p, "… the fewest whose probability reaches p (1: all)")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-        cmd.add_option("--min-p", min_p, "… at least min-p × the likeliest (0: all)")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+        cmd.add_option("--top-p", top_p, "… the fewest whose probability reaches p (1: all)")->capture_default_str()->check(in_range(0, 1));
+        cmd.add_option("--min-p", min_p, "… at least min-p × the likeliest (0: all)")->capture_default_str()->check(in_range(0, 1));
         cmd.add_option("--repeat-penalty", repeat_penalty, "penalise recently seen tokens (1: off)")->check(positive());
         cmd.add_option("--presence-penalty", presence_penalty, "subtract from recently seen tokens' logits (0: off)");
         cmd.add_option("--frequency-penalty", frequency_penalty, "subtract this times how often a recent token occurs (0: off)");
@@ -37,7 +37,7 @@ struct SamplingArgs {
                                       "speculative decoding, greedy only: verify up to N drafted tokens per pass, guessed by "
                                       "prompt lookup (faster where text repeats) or by --draft-model (default 7 with it); the "
                                       "same answer either way (0: off)")
-                           ->check(CLI::Range(0, 64));
+                           ->check(in_range(0, 64));
     }
 
     // With a draft model, --draft defaults to a full verify pass (7 drafted tokens).

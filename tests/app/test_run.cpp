@@ -104,6 +104,7 @@ TEST(Run, BadInputIsOneLineAndExitOne) {
     expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --repeat-penalty 0"), "must be above 0");
     expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --ctx 0"), "--ctx: must be at least 1");
     expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --top-k many"), "'many' is not a number");
+    expect_one_line_error(diskformer("run -m " + model("q3_4L_kmix") + " -p hi --top-p 2"), "--top-p: must be 0 to 1, got 2");
 }
 
 TEST(Run, ADraftModelGivesTheSameAnswer) {
