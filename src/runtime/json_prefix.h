@@ -4,6 +4,7 @@
 // the answer when the object closes.
 #pragma once
 
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -83,6 +84,31 @@ private:
         int count;  // array: items so far
     };
     enum class Match : uint8_t { none, key };
+    // The open containers' frames. JSON mode's mask copies the whole state at every trie node it
+    // visits, so the first kInline frames live in the object (a copy allocates nothing) and only
+    // deeper ones in a vector.
+    class Frames {
+    public:
+        Frame& back() { return n_ <= kInline ? in_[n_ - 1] : spill_.back(); }
+        const Frame& back() const { return n_ <= kInline ? in_[n_ - 1] : spill_.back(); }
+        void push_back(const Frame& f) {
+            if (n_ < kInline)
+                in_[n_] = f;
+            else
+                spill_.push_back(f);
+            ++n_;
+        }
+        void pop_back() {
+            if (n_ > kInline) spill_.pop_back();
+            --n_;
+        }
+
+    private:
+        static constexpr size_t kInline = 8;
+        std::array<Frame, kInline> in_{};
+        std::vector<Frame> spill_;  // frames kInline, kInline + 1, ...
+        size_t n_ = 0;
+    };
 
     Mode mode_ = Mode::start;
     uint8_t sub_ = 0;
@@ -96,7 +122,7 @@ private:
     // With a schema: a frame per open container, the schema of the value to come, and the
     // candidates a key or enum string being read still matches (bits of the node's keys / enums).
     const JsonSchema* schema_ = nullptr;
-    std::vector<Frame> frames_;
+    Frames frames_;
     int value_node_ = 0;
     bool int_only_ = false;
     Match match_ = Match::none;

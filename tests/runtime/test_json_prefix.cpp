@@ -525,6 +525,22 @@ TEST(JsonAnswer, LiteralsAroundTheObject) {
     EXPECT_TRUE(plain.complete());
 }
 
+// A schema's frames past the ones JsonPrefix keeps in the object (Frames): 40 arrays deep and
+// back, every level's item count kept, in the state and in a copy of it.
+TEST(JsonPrefix, DeepNestingUnderASchemaKeepsEveryFrame) {
+    const JsonSchema s = JsonSchema::compile(R"({"properties": {"a": {"type": "array", "minItems": 2}}})");
+    JsonPrefix j(&s);
+    ASSERT_TRUE(j.feed("{\"a\": " + std::string(40, '[') + "1" + std::string(39, ']')));
+    EXPECT_FALSE(j.allows("]")) << "the outer array has one item of its two";
+    JsonPrefix copy = j;
+    EXPECT_TRUE(copy.feed(", [[[[[[[[[[[[[[[[[[[[2]]]]]]]]]]]]]]]]]]]]"));
+    EXPECT_TRUE(copy.feed("]}"));
+    EXPECT_TRUE(copy.complete());
+    EXPECT_FALSE(j.complete());
+    EXPECT_TRUE(j.feed(", 3]}"));
+    EXPECT_TRUE(j.complete());
+}
+
 // JSON mode's mask over the vocabulary (a trie walk) refuses exactly the tokens allows()
 // refuses one by one, on Qwen3.5's whole vocabulary: JSON states at a key, inside a string, at
 // a number, after the object, in and around the literals, with and without a schema.
