@@ -422,6 +422,7 @@ TEST(JsonSchema, PatternsWithLengthBoundsNeverDeadEnd) {
     EXPECT_NO_THROW(JsonSchema::compile(R"({"type": "object", "properties": {"a": {"pattern": "^x+$", "minLength": 9}}})"));
     try {
         (void)JsonSchema::compile(R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x{1,2}$", "minLength": 3}}})");
+        ADD_FAILURE() << "a pattern no string of 3 or more characters matches compiled";
     } catch (const diskformer::Error& e) {
         EXPECT_NE(std::string(e.what()).find("/properties/a/pattern: no string of at least 3 characters matches it"), std::string::npos) << e.what();
     }
