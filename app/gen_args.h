@@ -34,9 +34,9 @@ struct SamplingArgs {
         cmd.add_option("--frequency-penalty", frequency_penalty, "subtract this times how often a recent token occurs (0: off)");
         cmd.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens the penalties see")->capture_default_str()->check(non_negative());
         draft_option = cmd.add_option("--draft", draft,
-                                      "speculative decoding, greedy only: verify up to N drafted tokens per pass, guessed by "
-                                      "prompt lookup (faster where text repeats) or by --draft-model (default 7 with it); the "
-                                      "same answer either way (0: off)")
+                                      "speculative decoding: verify up to N drafted tokens per pass, guessed by prompt lookup "
+                                      "(faster where text repeats) or by --draft-model / --dflash (default 7 with them); the "
+                                      "same answer either way, sampled ones too with the same --seed (0: off; not with --json)")
                            ->check(in_range(0, 64));
     }
 

@@ -168,11 +168,15 @@ PY
             [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
             $D bench -m "/tmp/$p.gguf" --backend cuda -p 512 -n 64 --reps 3 --bw 4600 --verify 2,4,8 2>&1 |
                 grep -E "^(decode|verify)" | tee -a "$out/spec-bench.log"
-            for d in 0 3 7; do
-                $D run -m "/tmp/$p.gguf" --backend cuda --no-think -p "one two three, one two three, one two" -n 512 \
-                    --draft $d >"/tmp/spec-$d.txt" 2>"$out/spec-$p-$d.log"
-                echo "draft $d: $(tail -n 1 "$out/spec-$p-$d.log")"
-                cmp -s /tmp/spec-0.txt "/tmp/spec-$d.txt" && echo "  same text as without drafts" || echo "  TEXT DIFFERS"
+            # Greedy, then sampled (the same seed: the same text with drafts or without).
+            local how
+            for how in "--temp 0" "--temp 0.7 --top-k 3 --seed 5"; do
+                for d in 0 3 7; do
+                    $D run -m "/tmp/$p.gguf" --backend cuda --no-think -p "one two three, one two three, one two" -n 512 \
+                        $how --draft $d >"/tmp/spec-$d.txt" 2>"$out/spec-$p-$d.log"
+                    echo "$how, draft $d: $(tail -n 1 "$out/spec-$p-$d.log")"
+                    cmp -s /tmp/spec-0.txt "/tmp/spec-$d.txt" && echo "  same text as without drafts" || echo "  TEXT DIFFERS"
+                done
             done
         done
         ;; esac

@@ -252,7 +252,7 @@ void parse_common(const Json& body, Request& r, const diskformer::GenerateOption
         else
             add(*v);
     }
-    if (const Json* v = field(body, "draft")) {  // extension: speculative decoding (greedy requests)
+    if (const Json* v = field(body, "draft")) {  // extension: speculative decoding
         const int64_t d = integer(*v, "draft");
         if (d < 0 || d > 64) bad("draft must be between 0 (off) and 64, got " + std::to_string(d), "draft");
         r.gen.draft = static_cast<int>(d);

@@ -32,7 +32,7 @@ struct ServerOptions {
     diskformer::SessionOptions session;     // each slot's context, chunk and KV type
     diskformer::GenerateOptions defaults;   // sampling for the fields a request leaves out
     // A draft model beside the target (check_drafter): each slot gets a drafter session of the
-    // same context, used by greedy requests whose "draft" (default: defaults.draft) is above 0.
+    // same context, used by requests whose "draft" (default: defaults.draft) is above 0.
     std::shared_ptr<diskformer::Model> draft_model;
     // Or a DFlash block drafter directory: each slot attaches one to its session.
     std::string dflash_dir;

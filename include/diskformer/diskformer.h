@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -144,13 +145,21 @@ public:
     // Appends one token and returns the argmax of the next-token logits.
     int32_t step(int32_t token);
 
-    // Greedy speculative decoding: evaluates `token` and then `draft` (a guess at what follows)
+    // Speculative decoding, greedy: evaluates `token` and then `draft` (a guess at what follows)
     // in one pass, and keeps `token` and the longest prefix of `draft` that greedy decoding
     // would have produced (a hybrid model restores its recurrent state and re-evaluates the
     // kept tokens). Returns how many draft tokens were kept; argmax() is then the greedy choice
     // after the last kept one. Lossless: a pass of up to max_draft() + 1 tokens gives each
     // token the bits of one-token steps (DESIGN.md, numerics). Drafts past max_draft() are cut.
     int verify(int32_t token, std::span<const int32_t> draft);
+    // The same pass for an answer another rule chooses (a sampler: temperature, penalties,
+    // logit biases): choose(i, logits) picks the token after `token` and draft[0..i) from that
+    // row's logits, row by row, and `draft` is kept while the choices equal it. Returns how
+    // many draft tokens were kept (k); `next` is the choice at row k, not yet evaluated (the
+    // caller's next token). A rule that draws once per choice so picks exactly what it would
+    // pick one step at a time: a seeded sampler's answer is the same with drafts or without.
+    using Choose = std::function<int32_t(int row, std::span<const float> logits)>;
+    int verify(int32_t token, std::span<const int32_t> draft, const Choose& choose, int32_t& next);
     int max_draft() const;  // 7, or fewer when the chunk is smaller than 8 tokens
 
     int32_t argmax() const;                  // of the last evaluated position

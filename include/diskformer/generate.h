@@ -37,10 +37,12 @@ struct GenerateOptions {
     std::vector<std::pair<int32_t, float>> logit_bias;
     int penalty_window = 64;         // how many recent tokens (prompt included) the penalties see
     uint64_t seed = 0;               // same seed, options and prompt: same tokens
-    // Speculative decoding by prompt lookup, for greedy decoding (temperature 0, no penalties):
-    // when the last tokens occurred earlier in the prompt or the answer, up to this many of the
-    // tokens that followed them are verified in one pass (Session::verify). The answer is the
-    // same token for token; only the time changes. 0: off.
+    // Speculative decoding by prompt lookup: when the last tokens occurred earlier in the prompt
+    // or the answer, up to this many of the tokens that followed them are verified in one pass
+    // (Session::verify). The answer is the same token for token, greedy or sampled (a sampled
+    // one with the same seed: each token is drawn from the same logits with the same draw, and
+    // a draft token is kept when the draw picks it); only the time changes. Not with logprobs
+    // or json. 0: off.
     int draft = 0;
     // Drafting pauses while a verify pass yields fewer tokens per ms than a plain step (timed as
     // generation goes, with probes); false drafts whenever the context offers a guess.
@@ -50,7 +52,7 @@ struct GenerateOptions {
     // says whether one fits) guesses the `draft` tokens by its own greedy decoding instead of
     // prompt lookup, and keeps its cache between calls like any session (a hybrid drafter
     // rewinds through its checkpoints: keep SessionOptions::checkpoints above 0). The answer is
-    // still the target's greedy answer token for token. Null, or a drafter whose context cannot
+    // still the target's own, token for token. Null, or a drafter whose context cannot
     // hold the prompt: prompt lookup.
     Session* drafter = nullptr;
     // Speculative decoding with a DFlash block drafter attached to this session (it takes

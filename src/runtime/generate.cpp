@@ -135,11 +135,11 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     Prefill pre = prefill(session, prompt, options);
     r.stats.reused_tokens = pre.reused;
     sampling::Sampler sampler(options);
-    // Speculation (greedy only; not with log-probabilities, whose verify passes would leave the
-    // logits of their last row only, nor in JSON mode).
+    // Speculation (not with log-probabilities, whose verify passes would leave the logits of
+    // their last row only, nor in JSON mode). A sampled answer is sampled row by row from a
+    // verify pass's logits, one draw per token as step by step: the same answer either way.
     const bool want_logprobs = options.logprobs >= 0;
-    const bool speculate = options.draft > 0 && sampler.is_plain_greedy() && session.max_draft() > 0 && !want_logprobs &&
-                           !options.json;
+    const bool speculate = options.draft > 0 && session.max_draft() > 0 && !want_logprobs && !options.json;
     // A draft model reads the prompt too (in the prompt's time); one whose context cannot hold
     // it sits this answer out.
     BlockDrafter* block = speculate ? options.block_drafter : nullptr;
@@ -164,7 +164,14 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     // The penalty window: the last tokens of prompt + generation.
     const size_t window = static_cast<size_t>(options.penalty_window);
     std::vector<int32_t> recent(prompt.end() - std::min(prompt.size(), window), prompt.end());
-    int32_t greedy_next = sampler.is_plain_greedy() ? session.argmax() : -1;
+    auto remember = [window](std::vector<int32_t>& seen, int32_t t) {
+        if (!window) return;
+        if (seen.size() == window) seen.erase(seen.begin());
+        seen.push_back(t);
+    };
+    // The next token when it is already chosen (plain greedy: the backend's argmax; a verify
+    // pass's choice after the tokens it kept), else -1.
+    int32_t chosen = sampler.is_plain_greedy() ? session.argmax() : -1;
     // Speculation: prompt + answer (the drafts' source), and the draft tokens a verify pass
     // kept, already evaluated, to be emitted before the next choice.
     // JSON mode: the answer so far, and which tokens may follow it.
@@ -189,7 +196,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     for (;;) {
         const bool evaluated = !kept.empty();
         const bool constrain = json && text.part() == Part::answer;
-        int32_t id = greedy_next;
+        int32_t id = chosen;
         if (evaluated) {
             id = kept.front();
             kept.pop_front();
@@ -210,10 +217,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             r.stats.ttft_ms = ms_between(t0, t_first);
         }
         r.tokens.push_back(id);
-        if (window) {
-            if (recent.size() == window) recent.erase(recent.begin());
-            recent.push_back(id);
-        }
+        remember(recent, id);
 
         bool end = true;
         // Tokens evaluated before this one (a kept draft token is in the cache already).
@@ -231,7 +235,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         (out.part == Part::reasoning ? r.reasoning : r.text) += out.text;
         if (on_piece) on_piece(Piece{out.text, out.part, id, end, want_logprobs ? &r.logprobs.back() : nullptr});
         if (end) break;
-        if (evaluated) continue;  // its successor is the next kept token, or the pass's argmax
+        if (evaluated) continue;  // its successor is the next kept token, or the pass's choice
         std::vector<int32_t> guess;
         const auto t_eval = Clock::now();  // a pass's time includes its drafting
         if (speculate && skip > 0) {
@@ -255,8 +259,8 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             guess.erase(std::find_if(guess.begin(), guess.end(), [&](int32_t t) { return tok.is_eog(t); }), guess.end());
         }
         if (guess.empty()) {
-            greedy_next = session.step(id);
-            if (!sampler.is_plain_greedy()) greedy_next = -1;
+            chosen = session.step(id);
+            if (!sampler.is_plain_greedy()) chosen = -1;
             if (speculate) {
                 const double ms = ms_between(t_eval, Clock::now());
                 step_ms = steps++ == 0 ? ms : std::min(step_ms, ms);
@@ -264,7 +268,23 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             }
             continue;
         }
-        const int n_kept = session.verify(id, guess);
+        int n_kept = 0;
+        if (sampler.is_plain_greedy()) {
+            n_kept = session.verify(id, guess);
+            chosen = session.argmax();
+        } else {
+            // Row i is sampled as step i would be: its penalties see the kept tokens before it.
+            std::vector<int32_t> seen = recent;
+            std::vector<float> row;
+            n_kept = session.verify(
+                id, guess,
+                [&](int i, std::span<const float> logits) {
+                    if (i > 0) remember(seen, guess[static_cast<size_t>(i) - 1]);
+                    row.assign(logits.begin(), logits.end());
+                    return sampler.sample(row, seen);
+                },
+                chosen);
+        }
         const double rate = (n_kept + 1) / std::max(1e-3, ms_between(t_eval, Clock::now()));
         pass_tok_per_ms = passes++ == 0 ? rate : pass_tok_per_ms + kAlpha * (rate - pass_tok_per_ms);
         probe = paid() ? 32 : std::min(2 * probe, 1024);
@@ -272,7 +292,6 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         r.stats.drafted_tokens += std::min<int64_t>(static_cast<int64_t>(guess.size()), session.max_draft());
         r.stats.accepted_tokens += n_kept;
         kept.assign(guess.begin(), guess.begin() + n_kept);
-        greedy_next = session.argmax();
         if (n_kept == 0) skip = backoff = std::min(2 * backoff + 1, 16);
         else backoff = 0;
     }

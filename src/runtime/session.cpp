@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "diskformer/diskformer.h"
 #include "model/model.h"
@@ -353,13 +354,13 @@ int32_t Session::step(int32_t token) {
 
 int Session::max_draft() const { return std::min(impl_->st->chunk, df::model::kVerifyRows) - 1; }
 
-int Session::verify(int32_t token, std::span<const int32_t> draft) {
-    auto& I = *impl_;
-    draft = draft.first(std::min(draft.size(), static_cast<size_t>(std::max(0, max_draft()))));
-    if (draft.empty()) {
-        step(token);
-        return 0;
-    }
+namespace {
+
+// One verify pass: `token` and `draft` in one forward, the draft kept while pick(i), the choice
+// at row i, equals draft[i]. Returns the kept count and the choice at the row after the last
+// kept draft token. The cache then holds `token` and the kept tokens, with that row's logits.
+template <class Pick>
+std::pair<size_t, int32_t> verify_pass(Session::Impl& I, int32_t token, std::span<const int32_t> draft, Pick&& pick) {
     Engine::Lock hold(*I.engine);
     std::vector<int32_t> ids(1, token);
     ids.insert(ids.end(), draft.begin(), draft.end());
@@ -371,9 +372,9 @@ int Session::verify(int32_t token, std::span<const int32_t> draft) {
     const size_t base = I.tokens.size();
     const int64_t counted = I.stats.decode_tokens;
     I.eval(ids, nullptr, true, /*rows=*/true);
-    // Row i's argmax (host-visible, synchronized) is the greedy choice after ids[0..i].
     size_t kept = 0;
-    while (kept < draft.size() && draft[kept] == I.st->argmax[kept]) ++kept;
+    int32_t choice = pick(0);
+    while (kept < draft.size() && draft[kept] == choice) choice = pick(++kept);
     if (kept < draft.size()) {
         I.fed_pos = -1;  // the pass fed its last row's choice, not the kept one's
         if (recurrent) {
@@ -388,6 +389,38 @@ int Session::verify(int32_t token, std::span<const int32_t> draft) {
         }
     }
     I.stats.decode_tokens = counted + static_cast<int64_t>(kept + 1);  // tokens kept, not evaluated
+    return {kept, choice};
+}
+
+}  // namespace
+
+int Session::verify(int32_t token, std::span<const int32_t> draft) {
+    auto& I = *impl_;
+    draft = draft.first(std::min(draft.size(), static_cast<size_t>(std::max(0, max_draft()))));
+    if (draft.empty()) {
+        step(token);
+        return 0;
+    }
+    // Row i's argmax (host-visible, synchronized) is the greedy choice after ids[0..i].
+    return static_cast<int>(verify_pass(I, token, draft, [&](size_t i) { return I.st->argmax[i]; }).first);
+}
+
+int Session::verify(int32_t token, std::span<const int32_t> draft, const Choose& choose, int32_t& next) {
+    auto& I = *impl_;
+    if (!choose) throw Error("verify: no rule to choose tokens");
+    draft = draft.first(std::min(draft.size(), static_cast<size_t>(std::max(0, max_draft()))));
+    if (draft.empty()) {
+        step(token);
+        next = choose(0, logits());
+        return 0;
+    }
+    const size_t V = I.m->config().n_vocab;
+    std::vector<float> row(V);
+    const auto [kept, choice] = verify_pass(I, token, draft, [&](size_t i) {
+        I.be->download(row.data(), I.st->logits + i * V, sizeof(float) * V);
+        return choose(static_cast<int>(i), row);
+    });
+    next = choice;
     return static_cast<int>(kept);
 }
 

@@ -244,6 +244,19 @@ TEST(Server, ADraftModelGivesTheLibrarysAnswer) {
         ASSERT_EQ(r.status, 200);
         EXPECT_EQ(r.body["choices"][0]["message"]["content"], want.text);
         EXPECT_EQ(r.body["timings"]["draft_n"], 0);
+        // A sampled request drafts too, and its seed gives the answer it gives without drafts.
+        Json sampled = chat_body(kConversation, 24);
+        sampled["temperature"] = 0.8;
+        sampled["top_k"] = 3;
+        sampled["seed"] = 3;
+        const Reply with = post(s, "/v1/chat/completions", sampled);
+        sampled["draft"] = 0;
+        const Reply without = post(s, "/v1/chat/completions", sampled);
+        ASSERT_EQ(with.status, 200) << with.body.dump();
+        ASSERT_EQ(without.status, 200) << without.body.dump();
+        EXPECT_EQ(with.body["choices"][0]["message"], without.body["choices"][0]["message"]);
+        EXPECT_GT(with.body["timings"]["draft_n"].get<int>(), 0) << with.body.dump();
+        EXPECT_EQ(without.body["timings"]["draft_n"], 0);
     }
 }
 

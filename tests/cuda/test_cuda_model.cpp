@@ -303,6 +303,37 @@ TEST(CudaModel, ADraftModelBesideItsTargetGivesTheTargetsAnswer) {
     }
 }
 
+// A sampled answer with drafts on the GPU (the rows of a verify pass copied to the host and
+// sampled one by one): the same seed gives the same answer as plain sampled steps.
+TEST(CudaModel, SampledDraftsGiveTheSameAnswer) {
+    DF_REQUIRE_CUDA();
+    diskformer::ModelOptions mo;
+    mo.backend = diskformer::BackendKind::cuda;
+    const fs::path dir = golden_dir() / "models";
+    for (const std::string name : {"q3_4L_kmix", "q35_4L_iq2mix"}) {
+        SCOPED_TRACE(name);
+        auto target = diskformer::Model::load((dir / (name + ".gguf")).string(), mo);
+        auto drafter = diskformer::Model::load_beside((dir / (name + ".gguf")).string(), *target);
+        const auto prompt = target->tokenize("def main():\n    print(");
+        diskformer::GenerateOptions o;
+        o.max_tokens = 80;
+        o.temperature = 0.7f;
+        o.top_k = 3;
+        o.repeat_penalty = 1.05f;
+        o.seed = 11;
+        diskformer::Session plain(target, {.ctx = 512});
+        const auto want = diskformer::generate(plain, prompt, o);
+        o.draft = 7;
+        o.draft_adaptive = false;
+        diskformer::Session s(target, {.ctx = 512}), d(drafter, {.ctx = 512});
+        o.drafter = &d;
+        const auto got = diskformer::generate(s, prompt, o);
+        EXPECT_EQ(got.tokens, want.tokens);
+        EXPECT_GT(got.stats.accepted_tokens, 0) << "of " << got.stats.drafted_tokens;
+        EXPECT_LT(got.stats.accepted_tokens, got.stats.drafted_tokens);
+    }
+}
+
 // The DFlash block drafter on the GPU: its logits are the CPU's (the block's 16 rows take the
 // GEMM path, whose activations are rounded: DESIGN.md, numerics) for context fed in chunks, and
 // with it attached to a session, generation keeps the target's answer through graph-recorded

@@ -775,6 +775,117 @@ TEST_P(Generate, DraftsGiveTheSameAnswer) {
     }
 }
 
+// A sampled answer with drafts: each row of a verify pass is sampled as its step would be (one
+// draw, the penalties seeing the kept tokens), so the same seed gives the same answer.
+TEST_P(Generate, SampledDraftsGiveTheSameAnswer) {
+    const auto prompt = prompt_of(GetParam(), "one two three, one two three, one two three, one two");
+    struct Case {
+        const char* name;
+        GenerateOptions o;
+    };
+    std::vector<Case> cases(4);
+    cases[0].name = "temperature 0.7, top-k 3";
+    cases[0].o.temperature = 0.7f;
+    cases[0].o.top_k = 3;
+    cases[1].name = "temperature 1.2, top-p 0.9, no top-k";
+    cases[1].o.temperature = 1.2f;
+    cases[1].o.top_k = 0;
+    cases[1].o.top_p = 0.9f;
+    cases[2].name = "temperature 0.5 with repeat / frequency penalties";
+    cases[2].o.temperature = 0.5f;
+    cases[2].o.top_k = 5;
+    cases[2].o.repeat_penalty = 1.1f;
+    cases[2].o.frequency_penalty = 0.2f;
+    cases[2].o.penalty_window = 8;
+    cases[3].name = "greedy with a presence penalty (no draws: still not the backend's argmax)";
+    cases[3].o.presence_penalty = 0.5f;
+    // Drafts by prompt lookup (the tiny random models' text may or may not loop), and by the
+    // target itself as the draft model: its greedy guesses, kept wherever a draw picks them.
+    int64_t drafted = 0, kept = 0;
+    for (auto& [name, plain] : cases) {
+        plain.max_tokens = 120;
+        plain.seed = 7;
+        dfm::Session a(model(GetParam()), {.ctx = 512});
+        const auto want = dfm::generate(a, prompt, plain);
+        for (const auto& [d, by_model] : std::vector<std::pair<int, bool>>{{1, false}, {3, false}, {7, false}, {3, true}, {7, true}}) {
+            SCOPED_TRACE(std::string(name) + ", draft " + std::to_string(d) + (by_model ? " by a draft model" : ""));
+            GenerateOptions o = plain;
+            o.draft = d;
+            o.draft_adaptive = false;
+            dfm::Session s(model(GetParam()), {.ctx = 512});
+            dfm::Session drafter(model(GetParam()), {.ctx = 512});
+            if (by_model) o.drafter = &drafter;
+            const auto got = dfm::generate(s, prompt, o);
+            EXPECT_EQ(got.tokens, want.tokens);
+            EXPECT_EQ(got.text, want.text);
+            EXPECT_EQ(got.stop, want.stop);
+            EXPECT_LE(got.stats.accepted_tokens, got.stats.drafted_tokens);
+            EXPECT_EQ(s.n_cached(), static_cast<int>(prompt.size() + got.tokens.size()) - 1);
+            if (by_model) {
+                EXPECT_GT(got.stats.drafted_tokens, 0);
+            }
+            drafted += got.stats.drafted_tokens;
+            kept += got.stats.accepted_tokens;
+        }
+    }
+    // Kept drafts mean passes whose rows past the first were sampled (not a vacuous check).
+    EXPECT_GT(kept, 20) << "of " << drafted << " drafted";
+    EXPECT_LT(kept, drafted) << "some guesses should be refused by a draw";
+}
+
+// Session::verify with a choosing rule: rows are offered in order, each exactly once, until a
+// choice differs from the draft; the rule that picks the argmax keeps what greedy verify keeps.
+TEST_P(Generate, VerifyWithARuleOffersRowsInOrderUntilAChoiceDiffers) {
+    const auto prompt = prompt_of(GetParam());
+    dfm::Session steps(model(GetParam()), {.ctx = 256});
+    steps.set_prompt(prompt);
+    std::vector<int32_t> g{steps.argmax()};
+    std::vector<std::vector<float>> logits;  // after each of g[0..]
+    for (int i = 0; i < 6; ++i) {
+        g.push_back(steps.step(g.back()));
+        logits.push_back(steps.logits());
+    }
+    auto argmax_of = [](std::span<const float> l) {
+        return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    };
+    std::vector<int> rows;
+    size_t at = 0;  // the pass's first token is g[at]: its row i has the logits after g[at + i]
+    const dfm::Session::Choose greedy = [&](int row, std::span<const float> l) {
+        rows.push_back(row);
+        const auto& want = logits[at + static_cast<size_t>(row)];
+        EXPECT_EQ(0, std::memcmp(l.data(), want.data(), l.size() * sizeof(float))) << "row " << row;
+        return argmax_of(l);
+    };
+    dfm::Session s(model(GetParam()), {.ctx = 256});
+    s.set_prompt(prompt);
+    int32_t next = -1;
+    // Two right, then a wrong guess: rows 0, 1, 2 offered; the choice at row 2 is g[3].
+    EXPECT_EQ(s.verify(g[0], std::vector<int32_t>{g[1], g[2], g[3] ^ 1, g[4]}, greedy, next), 2);
+    EXPECT_EQ(rows, (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(next, g[3]);
+    EXPECT_EQ(s.n_cached(), static_cast<int>(prompt.size()) + 3);
+    // All right: every row offered, the last one's choice comes after the draft.
+    rows.clear();
+    at = 3;
+    EXPECT_EQ(s.verify(g[3], std::vector<int32_t>{g[4], g[5]}, greedy, next), 2);
+    EXPECT_EQ(rows, (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(next, g[6]);
+    EXPECT_EQ(0, std::memcmp(s.logits().data(), logits[5].data(), logits[5].size() * sizeof(float)));
+    // A rule that picks something else at row 0 keeps nothing; the pick is the next token.
+    dfm::Session w(model(GetParam()), {.ctx = 256});
+    w.set_prompt(prompt);
+    rows.clear();
+    const dfm::Session::Choose other = [&](int row, std::span<const float>) {
+        rows.push_back(row);
+        return g[1] ^ 1;
+    };
+    EXPECT_EQ(w.verify(g[0], std::vector<int32_t>{g[1], g[2]}, other, next), 0);
+    EXPECT_EQ(rows, (std::vector<int>{0}));
+    EXPECT_EQ(next, g[1] ^ 1);
+    EXPECT_EQ(w.n_cached(), static_cast<int>(prompt.size()) + 1);
+    EXPECT_THROW(w.verify(next, std::vector<int32_t>{g[2]}, dfm::Session::Choose{}, next), dfm::Error);
+}
+
 TEST(Speculative, AStopStringInsideKeptTokensLeavesTheCacheAsWithout) {
     const auto prompt = prompt_of(kQwen3, "one two three, one two three, one two three, one two");
     GenerateOptions o;
