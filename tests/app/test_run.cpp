@@ -118,6 +118,14 @@ TEST(Run, ADraftModelGivesTheSameAnswer) {
         EXPECT_EQ(r.out, plain.out) << drafter;
         EXPECT_NE(r.err.find(" · drafts "), std::string::npos) << "drafting is on by default with a draft model: " << r.err;
     }
+    // Sampled: the same --seed gives the same text with a draft model.
+    const std::string sampled = args + " --temp 0.8 --top-k 3 --seed 4";
+    const Outcome want = diskformer(sampled);
+    ASSERT_EQ(want.code, 0) << want.err;
+    const Outcome with = diskformer(sampled + " --draft-model '" + (df::test::golden_dir() / "models" / "q35_4L_iq2mix.gguf").string() + "'");
+    ASSERT_EQ(with.code, 0) << with.err;
+    EXPECT_EQ(with.out, want.out);
+    EXPECT_NE(with.err.find(" · drafts "), std::string::npos) << with.err;
     // A DFlash drafter (random weights) for the qwen3 model; refused for a hybrid one.
     const auto dir = df::test::write_dflash_dir(df::test::DflashSpec{}, 5);
     const std::string q3 = "run -m " + model("q3_4L_kmix") + " --raw -p 'def main():\n    print(' -n 40";
