@@ -36,7 +36,7 @@ struct SamplingArgs {
         draft_option = cmd.add_option("--draft", draft,
                                       "speculative decoding: verify up to N drafted tokens per pass, guessed by prompt lookup "
                                       "(faster where text repeats) or by --draft-model / --dflash (default 7 with them); the "
-                                      "same answer either way, sampled ones too with the same --seed (0: off; not with --json)")
+                                      "same answer either way, sampled ones too with the same --seed (0: off)")
                            ->check(in_range(0, 64));
     }
 

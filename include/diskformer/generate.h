@@ -41,8 +41,8 @@ struct GenerateOptions {
     // or the answer, up to this many of the tokens that followed them are verified in one pass
     // (Session::verify). The answer is the same token for token, greedy or sampled (a sampled
     // one with the same seed: each token is drawn from the same logits with the same draw, and
-    // a draft token is kept when the draw picks it); only the time changes. Not with logprobs
-    // or json. 0: off.
+    // a draft token is kept when the draw picks it; in JSON mode the rows are checked as the
+    // steps would be); only the time changes. Not with logprobs. 0: off.
     int draft = 0;
     // Drafting pauses while a verify pass yields fewer tokens per ms than a plain step (timed as
     // generation goes, with probes); false drafts whenever the context offers a guess.
@@ -63,7 +63,7 @@ struct GenerateOptions {
     // would break JSON syntax are never chosen (a choice that would is redrawn from the tokens
     // that keep it valid, as llama.cpp's grammars do), control tokens are refused inside it, and
     // generation ends with an end token once the object closes (unless max_tokens or a stop
-    // string comes first). Costs the logits on the host each answer token; drafting is off.
+    // string comes first). Costs the logits on the host each answer token.
     bool json = false;
     // With json: a JSON Schema the object must follow (empty: any object). The subset structured
     // output asks for (pydantic, OpenAI's strict mode): type, nullable, enum / const of any

@@ -136,10 +136,10 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     r.stats.reused_tokens = pre.reused;
     sampling::Sampler sampler(options);
     // Speculation (not with log-probabilities, whose verify passes would leave the logits of
-    // their last row only, nor in JSON mode). A sampled answer is sampled row by row from a
-    // verify pass's logits, one draw per token as step by step: the same answer either way.
+    // their last row only). A sampled or JSON-constrained answer is chosen row by row from a
+    // verify pass's logits, with the draws and checks of step by step: the same answer.
     const bool want_logprobs = options.logprobs >= 0;
-    const bool speculate = options.draft > 0 && session.max_draft() > 0 && !want_logprobs && !options.json;
+    const bool speculate = options.draft > 0 && session.max_draft() > 0 && !want_logprobs;
     // A draft model reads the prompt too (in the prompt's time); one whose context cannot hold
     // it sits this answer out.
     BlockDrafter* block = speculate ? options.block_drafter : nullptr;
@@ -172,6 +172,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     // The next token when it is already chosen (plain greedy: the backend's argmax; a verify
     // pass's choice after the tokens it kept), else -1.
     int32_t chosen = sampler.is_plain_greedy() ? session.argmax() : -1;
+    bool picked = false;  // `chosen` came from a verify pass's rule: drawn and checked already
     // Speculation: prompt + answer (the drafts' source), and the draft tokens a verify pass
     // kept, already evaluated, to be emitted before the next choice.
     // JSON mode: the answer so far, and which tokens may follow it.
@@ -200,7 +201,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         if (evaluated) {
             id = kept.front();
             kept.pop_front();
-        } else if (id < 0 || constrain) {
+        } else if (id < 0 || (constrain && !picked)) {
             std::vector<float> logits = session.logits();
             std::vector<float> raw;
             if (want_logprobs) raw = logits;  // the sampler modifies its copy
@@ -210,6 +211,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         } else if (want_logprobs) {  // the backend's argmax chose it: the logits only for this
             r.logprobs.push_back(sampling::token_logprobs(session.logits(), id, options.logprobs));
         }
+        if (!evaluated) picked = false;
         if (constrain) json->accept(id);
         if (speculate) context.push_back(id);
         if (r.tokens.empty()) {
@@ -238,9 +240,11 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         if (evaluated) continue;  // its successor is the next kept token, or the pass's choice
         std::vector<int32_t> guess;
         const auto t_eval = Clock::now();  // a pass's time includes its drafting
+        // JSON mode drafts inside the answer only (where every row is constrained alike).
+        const bool constrained = json && text.part() == Part::answer;
         if (speculate && skip > 0) {
             --skip;
-        } else if (speculate && (paid() || passes < 2 || since_pass >= probe)) {
+        } else if (speculate && (!json || constrained) && (paid() || passes < 2 || since_pass >= probe)) {
             // Room: the pass must fit the context, and every kept token plus the next choice
             // within max_tokens (so the cache never runs past the answer); no end token inside.
             size_t room = std::min<size_t>(static_cast<size_t>(options.draft),
@@ -269,21 +273,31 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             continue;
         }
         int n_kept = 0;
-        if (sampler.is_plain_greedy()) {
+        if (sampler.is_plain_greedy() && !constrained) {
             n_kept = session.verify(id, guess);
             chosen = session.argmax();
         } else {
-            // Row i is sampled as step i would be: its penalties see the kept tokens before it.
+            // Row i is chosen as step i would be: its penalties see the kept tokens before it,
+            // and in JSON mode its check the answer with them.
             std::vector<int32_t> seen = recent;
+            std::optional<JsonTokens> answer;
+            if (constrained) answer.emplace(*json);
+            const std::function<bool(int32_t)> allows = [&](int32_t t) { return answer->allows(t); };
+            const std::function<void(std::vector<float>&)> mask = [&](std::vector<float>& l) { answer->mask(l); };
             std::vector<float> row;
             n_kept = session.verify(
                 id, guess,
                 [&](int i, std::span<const float> logits) {
-                    if (i > 0) remember(seen, guess[static_cast<size_t>(i) - 1]);
+                    if (i > 0) {
+                        const int32_t prev = guess[static_cast<size_t>(i) - 1];
+                        remember(seen, prev);
+                        if (answer) answer->accept(prev);
+                    }
                     row.assign(logits.begin(), logits.end());
-                    return sampler.sample(row, seen);
+                    return answer ? sampler.sample(row, seen, allows, mask) : sampler.sample(row, seen);
                 },
                 chosen);
+            picked = true;
         }
         const double rate = (n_kept + 1) / std::max(1e-3, ms_between(t_eval, Clock::now()));
         pass_tok_per_ms = passes++ == 0 ? rate : pass_tok_per_ms + kAlpha * (rate - pass_tok_per_ms);
