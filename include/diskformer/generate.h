@@ -42,7 +42,7 @@ struct GenerateOptions {
     // (Session::verify). The answer is the same token for token, greedy or sampled (a sampled
     // one with the same seed: each token is drawn from the same logits with the same draw, and
     // a draft token is kept when the draw picks it; in JSON mode the rows are checked as the
-    // steps would be); only the time changes. Not with logprobs. 0: off.
+    // steps would be); only the time changes. 0: off.
     int draft = 0;
     // Drafting pauses while a verify pass yields fewer tokens per ms than a plain step (timed as
     // generation goes, with probes); false drafts whenever the context offers a guess.
@@ -82,8 +82,8 @@ struct GenerateOptions {
     // Log-probabilities: at 0 or more, each generated token's log-probability under the model and
     // this many of the most likely tokens with theirs (at most kMaxTopLogprobs); -1: off. They
     // are the log-softmax of the raw logits, before penalties, temperature and truncation, so the
-    // same for every sampling option. Costs a copy of the logits per token (from a GPU) and
-    // turns drafting off.
+    // same for every sampling option. Costs a copy of the logits per token (from a GPU; with
+    // drafts, of every verify row offered).
     int logprobs = -1;
     // Checked between tokens and between prompt chunks; set it from any thread or a signal
     // handler to end generation early (StopReason::aborted). Not cleared by generate().

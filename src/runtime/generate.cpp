@@ -135,11 +135,11 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     Prefill pre = prefill(session, prompt, options);
     r.stats.reused_tokens = pre.reused;
     sampling::Sampler sampler(options);
-    // Speculation (not with log-probabilities, whose verify passes would leave the logits of
-    // their last row only). A sampled or JSON-constrained answer is chosen row by row from a
-    // verify pass's logits, with the draws and checks of step by step: the same answer.
+    // Speculation. A sampled or JSON-constrained answer (or one with log-probabilities) is
+    // chosen row by row from a verify pass's logits, with the draws and checks of step by step:
+    // the same answer.
     const bool want_logprobs = options.logprobs >= 0;
-    const bool speculate = options.draft > 0 && session.max_draft() > 0 && !want_logprobs;
+    const bool speculate = options.draft > 0 && session.max_draft() > 0;
     // A draft model reads the prompt too (in the prompt's time); one whose context cannot hold
     // it sits this answer out.
     BlockDrafter* block = speculate ? options.block_drafter : nullptr;
@@ -173,6 +173,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     // pass's choice after the tokens it kept), else -1.
     int32_t chosen = sampler.is_plain_greedy() ? session.argmax() : -1;
     bool picked = false;  // `chosen` came from a verify pass's rule: drawn and checked already
+    std::deque<TokenLogprobs> pass_logprobs;  // a pass's rows' (with logprobs): kept tokens', then chosen's
     // Speculation: prompt + answer (the drafts' source), and the draft tokens a verify pass
     // kept, already evaluated, to be emitted before the next choice.
     // JSON mode: the answer so far, and which tokens may follow it.
@@ -198,10 +199,16 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         const bool evaluated = !kept.empty();
         const bool constrain = json && text.part() == Part::answer;
         int32_t id = chosen;
-        if (evaluated) {
-            id = kept.front();
-            kept.pop_front();
-        } else if (id < 0 || (constrain && !picked)) {
+        if (evaluated || picked) {
+            if (evaluated) {
+                id = kept.front();
+                kept.pop_front();
+            }
+            if (want_logprobs) {
+                r.logprobs.push_back(std::move(pass_logprobs.front()));
+                pass_logprobs.pop_front();
+            }
+        } else if (id < 0 || constrain) {
             std::vector<float> logits = session.logits();
             std::vector<float> raw;
             if (want_logprobs) raw = logits;  // the sampler modifies its copy
@@ -273,7 +280,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             continue;
         }
         int n_kept = 0;
-        if (sampler.is_plain_greedy() && !constrained) {
+        if (sampler.is_plain_greedy() && !constrained && !want_logprobs) {
             n_kept = session.verify(id, guess);
             chosen = session.argmax();
         } else {
@@ -294,7 +301,9 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
                         if (answer) answer->accept(prev);
                     }
                     row.assign(logits.begin(), logits.end());
-                    return answer ? sampler.sample(row, seen, allows, mask) : sampler.sample(row, seen);
+                    const int32_t t = answer ? sampler.sample(row, seen, allows, mask) : sampler.sample(row, seen);
+                    if (want_logprobs) pass_logprobs.push_back(sampling::token_logprobs(logits, t, options.logprobs));
+                    return t;
                 },
                 chosen);
             picked = true;

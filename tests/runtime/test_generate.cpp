@@ -234,7 +234,6 @@ TEST_P(Generate, LogprobsAreTheRawLogSoftmaxAndChangeNoToken) {
         EXPECT_TRUE(plain.logprobs.empty());
         GenerateOptions o = base;
         o.logprobs = 5;
-        o.draft = 4;  // turned off by logprobs
         std::vector<dfm::TokenLogprobs> streamed;  // copies: a piece's pointer is valid during the call
         const auto r = dfm::generate(s, prompt, o, [&](const dfm::Piece& p) {
             ASSERT_TRUE(p.logprobs != nullptr);
@@ -243,7 +242,42 @@ TEST_P(Generate, LogprobsAreTheRawLogSoftmaxAndChangeNoToken) {
         ASSERT_EQ(r.tokens, plain.tokens);
         ASSERT_EQ(r.logprobs.size(), r.tokens.size());
         ASSERT_EQ(streamed.size(), r.tokens.size());
-        EXPECT_EQ(r.stats.drafted_tokens, 0);
+        // With drafts (the target drafting for itself): each token's from its verify row, the
+        // bits of a fresh session's steps (r's prompt came from s's cache, its first row
+        // re-evaluated alone).
+        {
+            dfm::Session fresh(model(GetParam()), {.ctx = 256, .kv_type = dfm::KvType::f32});
+            const auto want = dfm::generate(fresh, prompt, o);
+            GenerateOptions d = o;
+            d.draft = 4;
+            d.draft_adaptive = false;
+            dfm::Session t(model(GetParam()), {.ctx = 256, .kv_type = dfm::KvType::f32});
+            dfm::Session drafter(model(GetParam()), {.ctx = 256, .kv_type = dfm::KvType::f32});
+            d.drafter = &drafter;
+            size_t pieces = 0;
+            const auto rd = dfm::generate(t, prompt, d, [&](const dfm::Piece& p) {
+                ASSERT_TRUE(p.logprobs != nullptr);
+                ASSERT_LT(pieces, want.logprobs.size());
+                EXPECT_EQ(p.logprobs->chosen.logprob, want.logprobs[pieces].chosen.logprob) << "piece " << pieces;
+                ++pieces;
+            });
+            ASSERT_EQ(rd.tokens, plain.tokens);
+            EXPECT_GT(rd.stats.drafted_tokens, 0);
+            if (base.temperature == 0) {
+                EXPECT_GT(rd.stats.accepted_tokens, 0);  // (a draw at 1.7 rarely picks the greedy guess)
+            }
+            ASSERT_EQ(rd.logprobs.size(), want.logprobs.size());
+            for (size_t i = 0; i < want.logprobs.size(); ++i) {
+                SCOPED_TRACE("drafted, token " + std::to_string(i));
+                EXPECT_EQ(rd.logprobs[i].chosen.token, want.logprobs[i].chosen.token);
+                EXPECT_EQ(rd.logprobs[i].chosen.logprob, want.logprobs[i].chosen.logprob);
+                ASSERT_EQ(rd.logprobs[i].top.size(), want.logprobs[i].top.size());
+                for (size_t k = 0; k < want.logprobs[i].top.size(); ++k) {
+                    EXPECT_EQ(rd.logprobs[i].top[k].token, want.logprobs[i].top[k].token);
+                    EXPECT_EQ(rd.logprobs[i].top[k].logprob, want.logprobs[i].top[k].logprob);
+                }
+            }
+        }
 
         dfm::Session replay(model(GetParam()), {.ctx = 256, .kv_type = dfm::KvType::f32});
         replay.append(prompt);
