@@ -285,7 +285,7 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             chosen = session.argmax();
         } else {
             // Row i is chosen as step i would be: its penalties see the kept tokens before it,
-            // and in JSON mode its check the answer with them.
+            // and in JSON mode its check sees the answer with them.
             std::vector<int32_t> seen = recent;
             std::optional<JsonTokens> answer;
             if (constrained) answer.emplace(*json);
