@@ -2,7 +2,8 @@
 """Checks a running `diskformer serve` end to end over HTTP (Python's standard library only):
 a greedy chat answer and its stream agree, a returning conversation reuses its cache, parallel
 requests each get the answer they get alone, log-probabilities, JSON mode, a forced tool call
-and n choices have their shapes, and a bad request is answered and survived.
+and n choices have their shapes, a sampled request's drafts change nothing, and a bad request
+is answered and survived.
 Prints the decode rate the server reports. Exit status 1 on any failure.
 
     scripts/serve_check.py http://127.0.0.1:8080 [max_tokens]
@@ -144,6 +145,18 @@ ok = status == 200
 if ok and answer.get("finish_reason") == "stop":
     ok = re.fullmatch(r"[A-Z]{2}-\d{3}", json.loads(answer["message"]["content"])["id"]) is not None
 check(ok, f"a schema pattern is followed ({text[:200]})")
+
+# Speculative decoding by prompt lookup on a sampled request: the same seed, the same answer.
+body = {"messages": [{"role": "user", "content": "Repeat after me: one two three, one two three, one two three."}],
+        "max_tokens": max_tokens, "temperature": 0.7, "top_k": 3, "seed": 9}
+answers = []
+for d in (0, 7):
+    status, text = request("/v1/chat/completions", dict(body, draft=d))
+    answers.append((status, json.loads(text) if status == 200 else text))
+same = all(st == 200 for st, _ in answers) and answers[0][1]["choices"][0]["message"] == answers[1][1]["choices"][0]["message"]
+timings = answers[1][1].get("timings", {}) if answers[1][0] == 200 else {}
+check(same, f"a sampled request with drafts gives the answer it gives without (drafts {timings.get('draft_n_accepted')} "
+            f"of {timings.get('draft_n')} kept)")
 
 status, text = request("/v1/chat/completions", {"messages": []})
 check(status == 400 and "error" in json.loads(text), f"a bad request gets a 400 error body ({status})")
