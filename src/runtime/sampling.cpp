@@ -121,10 +121,24 @@ void Sampler::apply_penalties(std::vector<float>& logits, std::span<const int32_
     }
 }
 
+// A total order (logit, then lower id first) so that every selection and sort has one result and
+// the same seed gives the same token with any standard library.
+bool Sampler::before(const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+
+void Sampler::top_candidates(const std::vector<float>& logits, size_t k) {
+    cands_.resize(k);
+    for (size_t i = 0; i < k; ++i) cands_[i] = {logits[i], static_cast<int32_t>(i)};
+    std::make_heap(cands_.begin(), cands_.end(), before);  // its front: the worst one kept
+    for (size_t i = k; i < logits.size(); ++i) {
+        // A later id loses a tie, so only a larger logit gets in (a NaN never does).
+        if (!(logits[i] > cands_.front().logit)) continue;
+        std::pop_heap(cands_.begin(), cands_.end(), before);
+        cands_.back() = {logits[i], static_cast<int32_t>(i)};
+        std::push_heap(cands_.begin(), cands_.end(), before);
+    }
+}
+
 void Sampler::truncate(std::vector<Cand>& c) const {
-    // A total order (logit, then lower id first) so that every sort below has one result and
-    // the same seed gives the same token with any standard library.
-    auto before = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
     const size_t k = o_.top_k > 0 ? std::min(c.size(), static_cast<size_t>(o_.top_k)) : c.size();
     if (k < c.size()) {
         std::nth_element(c.begin(), c.begin() + k, c.end(), before);
@@ -193,8 +207,13 @@ int32_t Sampler::pick(const std::vector<float>& logits) {
         // max_element returns the first maximum: the lowest id wins a tie.
         return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
-    cands_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) cands_[i] = {logits[i], static_cast<int32_t>(i)};
+    const size_t k = o_.top_k > 0 ? static_cast<size_t>(o_.top_k) : logits.size();
+    if (k < logits.size() / 4) {
+        top_candidates(logits, k);  // ~1 ms less per token than selecting among 150k candidates
+    } else {
+        cands_.resize(logits.size());
+        for (size_t i = 0; i < logits.size(); ++i) cands_[i] = {logits[i], static_cast<int32_t>(i)};
+    }
     truncate(cands_);
     // Temperature scales the survivors only (llama.cpp's order: truncate, then temperature).
     const float lmax = cands_.front().logit;

@@ -54,6 +54,9 @@ private:
     };
     void apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const;
     static bool has_penalties(const GenerateOptions& o);
+    static bool before(const Cand& a, const Cand& b);
+    // cands_ = the k best of the logits (before's order), in one pass over them.
+    void top_candidates(const std::vector<float>& logits, size_t k);
     void truncate(std::vector<Cand>& c) const;  // top-k, top-p, min-p; leaves c sorted by logit
     int32_t pick(const std::vector<float>& logits);  // greedy or sampled, after the penalties
 

@@ -2,6 +2,7 @@
 // on hand-picked tokens of the golden vocabulary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/golden.h"
@@ -88,6 +89,38 @@ TEST(Sampler, TopPOverALargeVocabulary) {
     int drawn = 0;
     for (int x : h) drawn += x;
     EXPECT_EQ(drawn, 20);
+}
+
+// Top-k over a large vocabulary (one pass, not a selection among all candidates): the k best
+// by logit, ties to the lower ids, whatever the order they come in.
+TEST(Sampler, TopKOverALargeVocabularyKeepsTheBestAndLowerIdsOnTies) {
+    std::vector<float> l(150000, 1.0f);
+    l[140000] = 2.0f;
+    l[100000] = 2.0f;
+    l[7] = -1.0f;
+    const auto h = histogram(opts(1e6f, 5), l, 2000);  // near-uniform over the survivors
+    std::vector<int> drawn;
+    for (size_t i = 0; i < h.size(); ++i)
+        if (h[i]) drawn.push_back(static_cast<int>(i));
+    EXPECT_EQ(drawn, (std::vector<int>{0, 1, 2, 100000, 140000}));
+
+    // Random logits with ties: the drawn tokens are exactly the 40 best under (logit, lower id).
+    std::vector<float> r(150000);
+    uint64_t x = 12345;
+    for (auto& v : r) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        v = static_cast<float>((x >> 40) % 3000) / 100.0f;  // 3,000 levels: many ties at the top
+    }
+    std::vector<int32_t> ids(r.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return r[a] > r[b]; });
+    std::vector<int> want(ids.begin(), ids.begin() + 40);
+    std::sort(want.begin(), want.end());
+    const auto hr = histogram(opts(1e6f, 40), r, 4000);
+    std::vector<int> got;
+    for (size_t i = 0; i < hr.size(); ++i)
+        if (hr[i]) got.push_back(static_cast<int>(i));
+    EXPECT_EQ(got, want);
 }
 
 TEST(Sampler, Penalties) {
