@@ -223,6 +223,20 @@ TEST(BlockDrafter, AnyDraftGivesTheTargetsAnswerAndTheContextFollows) {
             EXPECT_GT(got.stats.drafted_tokens, 5);  // each refused draft backs off for a while
         }
     }
+    {  // a sampled answer: the same seed, the same tokens with the drafter or without
+        GenerateOptions s = greedy(60);
+        s.temperature = 0.8f;
+        s.top_k = 4;
+        s.seed = 3;
+        dfm::Session alone(model(kQwen3), {.ctx = 256});
+        const auto sampled = dfm::generate(alone, prompt, s);
+        s.draft = 7;
+        s.draft_adaptive = false;
+        s.block_drafter = &drafter;
+        const auto got = dfm::generate(target, prompt, s);
+        EXPECT_EQ(got.tokens, sampled.tokens);
+        EXPECT_GT(got.stats.drafted_tokens, 5);
+    }
     // The drafter's context after all that equals one fed the same tokens in one prompt pass
     // (the same guesses; its own rows come from chunks of other sizes, so compare choices).
     std::vector<int32_t> held = target.tokens();
