@@ -1,7 +1,8 @@
 // Drafts for speculative decoding without a second model (prompt lookup): when the context's
 // last tokens occurred before, the tokens that followed them then are a cheap guess at what
-// follows now (code, quotes, lists, repeated names). Session::verify() keeps what the
-// target's own choices (greedy or sampled) agree with, so a wrong guess costs time, never a different answer.
+// follows now (code, quotes, lists, repeated names). Session::verify() keeps what the target's
+// own choices (greedy or sampled) agree with, so a wrong guess costs time, never a different
+// answer.
 #pragma once
 
 #include <cstdint>

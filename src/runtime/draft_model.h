@@ -1,6 +1,7 @@
 // Drafts from a draft model: a smaller model of the target's vocabulary guesses what follows by
 // its own greedy decoding (GenerateOptions::drafter). Session::verify keeps what the target's
-// own choices (greedy or sampled) agree with, so a poor drafter costs time, never a different answer.
+// own choices (greedy or sampled) agree with, so a poor drafter costs time, never a different
+// answer.
 #pragma once
 
 #include <cstdint>
