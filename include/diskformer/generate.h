@@ -42,7 +42,9 @@ struct GenerateOptions {
     // (Session::verify). The answer is the same token for token, greedy or sampled (a sampled
     // one with the same seed: each token is drawn from the same logits with the same draw, and
     // a draft token is kept when the draw picks it; in JSON mode the rows are checked as the
-    // steps would be); only the time changes. 0: off.
+    // steps would be); only the time changes. 0: off. While other answers of the same model are
+    // being generated (threads, the server's slots) it takes plain steps, which share their
+    // passes (continuous batching), and drafts again once it is the only one.
     int draft = 0;
     // Drafting pauses while a verify pass yields fewer tokens per ms than a plain step (timed as
     // generation goes, with probes); false drafts whenever the context offers a guess.

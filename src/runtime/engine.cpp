@@ -141,6 +141,12 @@ void Engine::drop_lane_graphs(const void* state) {
     if (std::any_of(last_sig_.begin(), last_sig_.end(), [&](const LaneSig& l) { return l.state == state; })) last_sig_.clear();
 }
 
+int Engine::loops(const void* group) const {
+    std::lock_guard l(mu_);
+    const auto it = decoding_.find(group);
+    return it == decoding_.end() ? 0 : it->second;
+}
+
 Engine::Counts Engine::counts() const {
     std::lock_guard l(mu_);
     return counts_;

@@ -69,6 +69,11 @@ public:
         const void* group_;
     };
 
+    // Generation loops of `group` in progress (Decoding). A speculating loop drafts only while
+    // it is the one loop of its model: beside others its plain steps share their passes, which
+    // serve every loop at once where its verify passes would serve it alone.
+    int loops(const void* group) const;
+
     static constexpr int kMaxLanes = 8;  // model::kVerifyRows
 
     // Graphs of batched passes (CUDA): a pass is keyed by its lanes, each a state and its length

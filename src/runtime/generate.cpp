@@ -157,9 +157,11 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         return r;
     }
 
-    // A loop of one-token steps: concurrent loops over the same model share passes (Engine).
-    std::optional<Engine::Decoding> decoding;
-    if (!speculate) decoding.emplace(*session.impl().engine, session.impl().step_group());
+    // Concurrent loops over the same model share passes (Engine); a speculating loop drafts
+    // only while it is alone (Engine::loops), else it steps with the others.
+    Engine& engine = *session.impl().engine;
+    const void* group = session.impl().step_group();
+    const Engine::Decoding decoding(engine, group);
     TextStream text(tok, options.stop, TextStream::start_part(tok, prompt));
     // The penalty window: the last tokens of prompt + generation.
     const size_t window = static_cast<size_t>(options.penalty_window);
@@ -251,7 +253,8 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         const bool constrained = json && text.part() == Part::answer;
         if (speculate && skip > 0) {
             --skip;
-        } else if (speculate && (!json || constrained) && (paid() || passes < 2 || since_pass >= probe)) {
+        } else if (speculate && (!json || constrained) && (paid() || passes < 2 || since_pass >= probe) &&
+                   engine.loops(group) == 1) {
             // Room: the pass must fit the context, and every kept token plus the next choice
             // within max_tokens (so the cache never runs past the answer); no end token inside.
             size_t room = std::min<size_t>(static_cast<size_t>(options.draft),

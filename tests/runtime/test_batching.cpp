@@ -157,6 +157,39 @@ TEST_P(Batching, ConcurrentGenerationGivesEachRequestItsOwnAnswer) {
     EXPECT_GT(after.passes, before.passes);  // the loops did share passes
 }
 
+TEST(BatchingSpeculation, ALoopDraftsOnlyWhileItIsTheModelsOnlyLoop) {
+    // Beside other generation loops of its model a speculating one takes plain steps, which
+    // share their passes, and drafts again once it is alone; the answer is the same either way.
+    // The other loop is a registration (Engine::Decoding) held by the test, so nothing depends
+    // on timing; ConcurrentGenerationGivesEachRequestItsOwnAnswer runs real ones.
+    for (const char* name : {"q3_4L_kmix", "q35_4L_iq2mix"}) {
+        SCOPED_TRACE(name);
+        auto m = model(name);
+        const auto prompt = m->tokenize("one two three, one two three, one two three, one two");
+        GenerateOptions o;
+        o.max_tokens = 40;
+        dfm::Session plain(m, {.ctx = 256});
+        const auto want = dfm::generate(plain, prompt, o);
+        o.draft = 4;
+        o.draft_adaptive = false;
+        dfm::Session drafter(m, {.ctx = 256});  // the target as its own drafter: every guess kept
+        o.drafter = &drafter;
+        dfm::Session s(m, {.ctx = 256});
+        dfm::GenerateResult crowded;
+        {
+            dfm::Session other(m, {.ctx = 256});
+            const dfm::Engine::Decoding loop(*other.impl().engine, other.impl().step_group());
+            crowded = dfm::generate(s, prompt, o);
+        }
+        EXPECT_EQ(crowded.tokens, want.tokens);
+        EXPECT_EQ(crowded.stats.drafted_tokens, 0);
+        const auto alone = dfm::generate(s, prompt, o);
+        EXPECT_EQ(alone.tokens, want.tokens);
+        EXPECT_GT(alone.stats.drafted_tokens, static_cast<int64_t>(alone.tokens.size()) / 2);
+        EXPECT_EQ(alone.stats.accepted_tokens, alone.stats.drafted_tokens);
+    }
+}
+
 TEST(BatchingErrors, AFullSessionFailsAloneAndTheOthersGoOn) {
     auto m = model("q35_4L_iq2mix");
     dfm::Session full(m, {.ctx = 8});
