@@ -1,6 +1,7 @@
 #include "runtime/sampling.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -128,22 +129,62 @@ bool Sampler::before(const Cand& a, const Cand& b) { return a.logit > b.logit ||
 void Sampler::top_candidates(const std::vector<float>& logits, size_t k) {
     cands_.resize(k);
     for (size_t i = 0; i < k; ++i) cands_[i] = {logits[i], static_cast<int32_t>(i)};
-    std::make_heap(cands_.begin(), cands_.end(), before);  // its front: the worst one kept
+    std::make_heap(cands_.begin(), cands_.end(), Before{});  // its front: the worst one kept
     for (size_t i = k; i < logits.size(); ++i) {
         // A later id loses a tie, so only a larger logit gets in (a NaN never does).
         if (!(logits[i] > cands_.front().logit)) continue;
-        std::pop_heap(cands_.begin(), cands_.end(), before);
+        std::pop_heap(cands_.begin(), cands_.end(), Before{});
         cands_.back() = {logits[i], static_cast<int32_t>(i)};
-        std::push_heap(cands_.begin(), cands_.end(), before);
+        std::push_heap(cands_.begin(), cands_.end(), Before{});
     }
 }
 
-void Sampler::truncate(std::vector<Cand>& c) const {
+// before's order as one unsigned key: the logit's order bits (larger first; -0 as +0, which
+// before cannot tell apart; NaN last) above the id (lower first). before is a total order on
+// the keys' values, so any sort by key puts candidates in the one order std::sort would.
+uint64_t Sampler::sort_key(const Cand& x) {
+    const float l = x.logit == 0 ? 0.f : x.logit;
+    const uint32_t u = std::bit_cast<uint32_t>(l);
+    const uint32_t ascending = std::isnan(l) ? 0 : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return static_cast<uint64_t>(~ascending) << 32 | static_cast<uint32_t>(x.id);
+}
+
+void Sampler::sort(std::vector<Cand>& c, size_t from) {
+    const size_t n = c.size() - from;
+    if (n < 2048) {
+        std::sort(c.begin() + static_cast<std::ptrdiff_t>(from), c.end(), Before{});
+        return;
+    }
+    // A whole vocabulary (top-k off, a flat distribution under top-p): LSD radix sort of the
+    // keys, 8 bits a pass, passes where every key has the same byte skipped; several times
+    // std::sort's speed at 150k candidates.
+    std::vector<uint64_t>& keys = keys_;
+    std::vector<uint64_t>& tmp = keys_tmp_;
+    keys.resize(n);
+    tmp.resize(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = sort_key(c[from + i]);
+    for (int shift = 0; shift < 64; shift += 8) {
+        size_t count[257] = {};
+        for (uint64_t k : keys) ++count[((k >> shift) & 255) + 1];
+        if (std::any_of(count + 1, count + 257, [&](size_t x) { return x == n; })) continue;
+        for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+        for (uint64_t k : keys) tmp[count[(k >> shift) & 255]++] = k;
+        keys.swap(tmp);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        const uint32_t ascending = ~static_cast<uint32_t>(keys[i] >> 32);
+        const uint32_t u = ascending == 0 ? 0x7fc00000u : (ascending & 0x80000000u) ? ascending & 0x7fffffffu : ~ascending;
+        c[from + i] = {std::bit_cast<float>(u), static_cast<int32_t>(static_cast<uint32_t>(keys[i]))};
+    }
+}
+
+void Sampler::truncate(std::vector<Cand>& c) {
     const size_t k = o_.top_k > 0 ? std::min(c.size(), static_cast<size_t>(o_.top_k)) : c.size();
     if (k < c.size()) {
-        std::nth_element(c.begin(), c.begin() + k, c.end(), before);
+        std::nth_element(c.begin(), c.begin() + k, c.end(), Before{});
         c.resize(k);
     }
+    bool sorted_all = false;
     if (o_.top_p < 1) {
         // Sort only as far as the mass reaches p: usually a few dozen of 150k tokens.
         const float lmax = std::max_element(c.begin(), c.end(), [](const Cand& a, const Cand& b) { return a.logit < b.logit; })->logit;
@@ -154,13 +195,14 @@ void Sampler::truncate(std::vector<Cand>& c) const {
         size_t sorted = 0, keep = c.size();
         bool reached = false;
         while (sorted < c.size() && !reached) {
-            // partial_sort is a heap: good for a short head, slower than sort for a long one.
+            // partial_sort is a heap: good for a short head (the usual nucleus is a few dozen
+            // tokens), slower than a sort of the rest for a long one.
             size_t upto = std::max<size_t>(64, sorted * 8);
-            if (upto >= c.size() / 4) {
+            if (upto > 512 || upto >= c.size() / 4) {
                 upto = c.size();
-                std::sort(c.begin() + sorted, c.end(), before);
+                sort(c, sorted);
             } else {
-                std::partial_sort(c.begin() + sorted, c.begin() + upto, c.end(), before);
+                std::partial_sort(c.begin() + sorted, c.begin() + upto, c.end(), Before{});
             }
             for (; sorted < upto; ++sorted) {
                 cum += std::exp(static_cast<double>(c[sorted].logit - lmax));
@@ -172,8 +214,16 @@ void Sampler::truncate(std::vector<Cand>& c) const {
             }
         }
         c.resize(keep);
+        sorted_all = true;  // the kept ones are the sorted head
     }
-    std::sort(c.begin(), c.end(), before);
+    if (o_.min_p > 0 && !sorted_all) {
+        // Only those at the floor or above can stay (below: the cut after the sort would drop
+        // them): drop the rest before sorting. The likeliest is always kept.
+        const float lmax = std::max_element(c.begin(), c.end(), [](const Cand& a, const Cand& b) { return a.logit < b.logit; })->logit;
+        const float floor = lmax + std::log(o_.min_p);
+        c.erase(std::remove_if(c.begin(), c.end(), [&](const Cand& x) { return x.logit < floor; }), c.end());
+    }
+    if (!sorted_all) sort(c, 0);
     if (o_.min_p > 0) {
         const float floor = c.front().logit + std::log(o_.min_p);
         c.erase(std::find_if(c.begin() + 1, c.end(), [&](const Cand& x) { return x.logit < floor; }), c.end());
@@ -217,7 +267,8 @@ int32_t Sampler::pick(const std::vector<float>& logits) {
     truncate(cands_);
     // Temperature scales the survivors only (llama.cpp's order: truncate, then temperature).
     const float lmax = cands_.front().logit;
-    std::vector<double> w(cands_.size());
+    std::vector<double>& w = weights_;
+    w.resize(cands_.size());
     double total = 0;
     for (size_t i = 0; i < cands_.size(); ++i) total += w[i] = std::exp((cands_[i].logit - lmax) / o_.temperature);
     const double u = rng_.uniform() * total;

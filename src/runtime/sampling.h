@@ -55,15 +55,26 @@ private:
     void apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const;
     static bool has_penalties(const GenerateOptions& o);
     static bool before(const Cand& a, const Cand& b);
+    // before as a function object: the standard algorithms inline it (through a function
+    // pointer every comparison is a call).
+    struct Before {
+        bool operator()(const Cand& a, const Cand& b) const { return before(a, b); }
+    };
+    static uint64_t sort_key(const Cand& x);
+    void sort(std::vector<Cand>& c, size_t from);  // c[from, end) in before's order
     // cands_ = the k best of the logits (before's order), in one pass over them.
     void top_candidates(const std::vector<float>& logits, size_t k);
-    void truncate(std::vector<Cand>& c) const;  // top-k, top-p, min-p; leaves c sorted by logit
+    void truncate(std::vector<Cand>& c);  // top-k, top-p, min-p; leaves c sorted by logit
     int32_t pick(const std::vector<float>& logits);  // greedy or sampled, after the penalties
 
     GenerateOptions o_;
     bool plain_greedy_;
     Rng rng_;
+    // Working memory kept between tokens (a vocabulary's worth: fresh pages each token cost more
+    // than the work).
     std::vector<Cand> cands_;
+    std::vector<uint64_t> keys_, keys_tmp_;
+    std::vector<double> weights_;
 };
 
 }  // namespace diskformer::sampling

@@ -123,6 +123,65 @@ TEST(Sampler, TopKOverALargeVocabularyKeepsTheBestAndLowerIdsOnTies) {
     EXPECT_EQ(got, want);
 }
 
+// The sampler's steps written plainly (sampling.cpp sorts long candidate lists by radix and
+// short heads by heaps; both must give this order): all tokens as candidates, sorted by logit
+// and then lower id; top-p's mass summed in token order, reached in sorted order; the min-p
+// floor; temperature on the survivors; one uniform draw walked in sorted order.
+int32_t plain_draw(const std::vector<float>& l, const GenerateOptions& o, dfm::sampling::Rng& rng) {
+    std::vector<int32_t> ids(l.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    const float lmax = l[ids[0]];
+    size_t keep = ids.size();
+    if (o.top_p < 1) {
+        double z = 0;
+        for (float x : l) z += std::exp(static_cast<double>(x - lmax));
+        double cum = 0;
+        for (size_t i = 0; i < ids.size(); ++i)
+            if ((cum += std::exp(static_cast<double>(l[ids[i]] - lmax))) >= o.top_p * z) {
+                keep = i + 1;
+                break;
+            }
+    }
+    ids.resize(keep);
+    if (o.min_p > 0) {
+        const float floor = lmax + std::log(o.min_p);
+        ids.erase(std::find_if(ids.begin() + 1, ids.end(), [&](int32_t t) { return l[t] < floor; }), ids.end());
+    }
+    std::vector<double> w(ids.size());
+    double total = 0;
+    for (size_t i = 0; i < ids.size(); ++i) total += w[i] = std::exp((l[ids[i]] - lmax) / o.temperature);
+    const double u = rng.uniform() * total;
+    double cum = 0;
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (u < (cum += w[i])) return ids[i];
+    return ids.back();
+}
+
+TEST(Sampler, AWholeVocabularyDrawsWhatThePlainStepsDraw) {
+    // Top-k off over 150k logits, flat and peaked, with ties, -0 beside +0 and -inf: the fast
+    // sorts must give the plain order, so every draw is the plain one.
+    uint64_t x = 99;
+    auto next = [&] { return (x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+    for (float spread : {0.3f, 4.0f}) {
+        std::vector<float> base(150000);
+        for (auto& v : base) v = spread * static_cast<float>(static_cast<int>(next() % 2001) - 1000) / 1000.0f;
+        for (int i = 0; i < 500; ++i) base[next() % base.size()] = (i % 3 == 0) ? -0.0f : (i % 3 == 1) ? 0.0f : -INFINITY;
+        for (const auto& [p, minp] : std::vector<std::pair<float, float>>{{0.9f, 0}, {0.5f, 0.05f}, {1, 0.05f}, {1, 0}}) {
+            SCOPED_TRACE("spread " + std::to_string(spread) + " top-p " + std::to_string(p) + " min-p " + std::to_string(minp));
+            GenerateOptions o = opts(0.8f, 0, p, minp);
+            Sampler s(o);
+            dfm::sampling::Rng rng(o.seed);
+            for (int d = 0; d < 12; ++d) {
+                std::vector<float> l = base;
+                l[next() % l.size()] += 1.5f;  // a different head each draw
+                const int32_t want = plain_draw(l, o, rng);
+                ASSERT_EQ(s.sample(l, {}), want) << "draw " << d;
+            }
+        }
+    }
+}
+
 TEST(Sampler, Penalties) {
     GenerateOptions o = opts(0);
     o.repeat_penalty = 2;
