@@ -20,75 +20,9 @@
 
 #include <cuda_runtime.h>
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                           \
-        }                                                                                           \
-    } while (0)
+#include "standalone.cuh"
 
 namespace {
-
-// Self-contained (no engine library): a PDL launch, and the time of a captured graph's replay.
-template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), int grid, int block, size_t smem, cudaStream_t s, Args... args) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-template <class F>
-double time_graph_us(cudaStream_t st, F&& body, int per) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    body();
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaStreamSynchronize(st));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    double best = 1e30;
-    for (int r = 0; r < 5; ++r) {
-        CK(cudaEventRecord(a, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        best = ms < best ? ms : best;
-    }
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return 1e3 * best / per;
-}
-
-__device__ __forceinline__ void trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void dep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
-__device__ __forceinline__ void ld_pair2(const unsigned long long* p, unsigned long long& a, unsigned long long& b) {
-    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-__device__ __forceinline__ void st_pair(unsigned long long* p, unsigned long long v) {
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ unsigned long long pack(float v, unsigned tag) {
-    return static_cast<unsigned long long>(tag) << 32 | __float_as_uint(v);
-}
 
 __device__ float block_sum(float s) {
     __shared__ float part[32];
@@ -178,18 +112,18 @@ int main() {
             auto buf = [&](int k) { return bufs + static_cast<size_t>(k % 2) * n; };
             auto lbuf = [&](int k) { return ll + static_cast<size_t>(k % 2) * n; };
             const double pdl = time_graph_us(st, [&] {
-                for (int k = 0; k < S; ++k) launch(stage_pdl, grid, 256, 0, st, buf(k), buf(k + 1), n);
-            }, S);
+                for (int k = 0; k < S; ++k) launch_pdl(stage_pdl, grid, 256, 0, st, buf(k), buf(k + 1), n);
+            }, S, 5);
             const double kern = time_graph_us(st, [&] {
                 bump<<<1, 1, 0, st>>>(epoch);
                 seed_ll<<<sms, 256, 0, st>>>(lbuf(1), n, S, epoch);
-                for (int k = 1; k < S; ++k) launch(stage_ll_kern, grid, 256, 0, st, lbuf(k), lbuf(k + 1), n, S, k, epoch);
-            }, S - 1);
+                for (int k = 1; k < S; ++k) launch_pdl(stage_ll_kern, grid, 256, 0, st, lbuf(k), lbuf(k + 1), n, S, k, epoch);
+            }, S - 1, 5);
             const double loop = time_graph_us(st, [&] {
                 bump<<<1, 1, 0, st>>>(epoch);
                 seed_ll<<<sms, 256, 0, st>>>(lbuf(1), n, S, epoch);
-                launch(stages_ll_loop, grid, 256, 0, st, ll, n, S, epoch);
-            }, S - 1);
+                launch_pdl(stages_ll_loop, grid, 256, 0, st, ll, n, S, epoch);
+            }, S - 1, 5);
             std::printf("n %5d, %d block(s) of 256 per SM: pdl %.2f  ll_kern %.2f  ll_loop %.2f\n", n, per_sm, pdl, kern,
                         loop);
         }

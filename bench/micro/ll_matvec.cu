@@ -23,40 +23,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                           \
-        }                                                                                           \
-    } while (0)
+#include "standalone.cuh"
 
 namespace {
 
-template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), int grid, int block, size_t smem, cudaStream_t s, Args... args) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-__device__ __forceinline__ void trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void dep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void ld_pair2(const unsigned long long* p, unsigned long long& a, unsigned long long& b) {
-    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-__device__ __forceinline__ void st_pair(unsigned long long* p, unsigned long long v) {
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 struct Mat {
@@ -162,7 +132,7 @@ __global__ void __launch_bounds__(768, 1)
         }
         __syncthreads();
         matvec_body<true>(m, xs, warp, warps,
-                          [&](int r, float v) { st_pair(y + r, static_cast<unsigned long long>(tag) << 32 | __float_as_uint(v)); });
+                          [&](int r, float v) { st_pair(y + r, pack(v, tag)); });
         if (prefetch && i + 1 < n) {  // this warp's first two rows of the next matrix
             const Mat nm = mats[i + 1];
             if (2 * warp + 1 < nm.rows)
@@ -177,7 +147,7 @@ __global__ void bump(unsigned* epoch) { ++*epoch; }
 __global__ void seed_ll(unsigned long long* x, int n, int S, const unsigned* epoch) {
     const unsigned tag = *epoch * S + 1;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        st_pair(x + i, static_cast<unsigned long long>(tag) << 32 | __float_as_uint(0.5f));
+        st_pair(x + i, pack(0.5f, tag));
 }
 __global__ void seed_f(float* x, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = 0.5f;
@@ -190,36 +160,6 @@ __global__ void fill(int8_t* q, __half* d, size_t n, unsigned seed) {
         q[i] = static_cast<int8_t>(h >> 24);
         if (i % 32 == 0) d[i / 32] = __float2half(0.01f + 1e-4f * static_cast<float>(h & 255));
     }
-}
-
-template <class F>
-double time_graph_us(cudaStream_t st, F&& body) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    body();
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaStreamSynchronize(st));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    double best = 1e30;
-    for (int r = 0; r < 7; ++r) {
-        CK(cudaEventRecord(a, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        best = ms < best ? ms : best;
-    }
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return 1e3 * best;
 }
 
 }  // namespace
@@ -275,18 +215,18 @@ int main(int argc, char** argv) {
             seed_f<<<sms, 256, 0, st>>>(fb[0], lens[0]);
             for (int i = 0; i < n; ++i) {
                 const Shape& s = shapes[i % 4];
-                launch(kernel, grid, block, smem ? s.cols * sizeof(float) : 0, st, mats[i], static_cast<const float*>(fb[s.in]),
+                launch_pdl(kernel, grid, block, smem ? s.cols * sizeof(float) : 0, st, mats[i], static_cast<const float*>(fb[s.in]),
                        fb[s.out]);
             }
-        });
+        }, 1, 7);
     };
     auto mega = [&](int prefetch) {
         return time_graph_us(st, [&] {
             bump<<<1, 1, 0, st>>>(epoch);
             seed_ll<<<sms, 256, 0, st>>>(lb[0], lens[0], S, epoch);
-            launch(mega_ll, sms, 768, smem_max, st, static_cast<const Mat*>(dmats), n, lb[0], lb[1], lb[2], lb[3], S,
+            launch_pdl(mega_ll, sms, 768, smem_max, st, static_cast<const Mat*>(dmats), n, lb[0], lb[1], lb[2], lb[3], S,
                    static_cast<const unsigned*>(epoch), prefetch);
-        });
+        }, 1, 7);
     };
     for (int round = 0; round < 2; ++round) {
         const double p3 = pdl(mv_pdl, 3 * sms, 256, false);

@@ -15,8 +15,6 @@
 #include "micro_util.cuh"
 
 
-__device__ __forceinline__ void trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void dep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
     uint4 r;
