@@ -184,10 +184,13 @@ void Sampler::truncate(std::vector<Cand>& c) {
         std::nth_element(c.begin(), c.begin() + k, c.end(), Before{});
         c.resize(k);
     }
+    auto max_logit = [&] {
+        return std::max_element(c.begin(), c.end(), [](const Cand& a, const Cand& b) { return a.logit < b.logit; })->logit;
+    };
     bool sorted_all = false;
     if (o_.top_p < 1) {
         // Sort only as far as the mass reaches p: usually a few dozen of 150k tokens.
-        const float lmax = std::max_element(c.begin(), c.end(), [](const Cand& a, const Cand& b) { return a.logit < b.logit; })->logit;
+        const float lmax = max_logit();
         double z = 0;
         for (const auto& x : c) z += std::exp(static_cast<double>(x.logit - lmax));
         const double want = o_.top_p * z;
@@ -219,7 +222,7 @@ void Sampler::truncate(std::vector<Cand>& c) {
     if (o_.min_p > 0 && !sorted_all) {
         // Only those at the floor or above can stay (below: the cut after the sort would drop
         // them): drop the rest before sorting. The likeliest is always kept.
-        const float lmax = std::max_element(c.begin(), c.end(), [](const Cand& a, const Cand& b) { return a.logit < b.logit; })->logit;
+        const float lmax = max_logit();
         const float floor = lmax + std::log(o_.min_p);
         c.erase(std::remove_if(c.begin(), c.end(), [&](const Cand& x) { return x.logit < floor; }), c.end());
     }
