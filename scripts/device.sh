@@ -13,6 +13,7 @@
 #                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
 #                serve (the HTTP server on CUDA, checked by scripts/serve_check.py)
 #                spec (speculative decoding by prompt lookup: same text, rate with drafts 0 / 3 / 7)
+#                sampling (sampled answers on the 4B layout: device top-k vs the whole row copied)
 #                dflash (a random 4B-shaped DFlash drafter: ms per draft and per round of 8)
 #                short-prefill (prompts of 12..100 tokens, the GEMM's narrow token tiles on and off)
 #                parallel (continuous batching: 2 / 4 / 8 generations at once, decode tok/s in all,
@@ -178,6 +179,22 @@ PY
                     cmp -s /tmp/spec-0.txt "/tmp/spec-$d.txt" && echo "  same text as without drafts" || echo "  TEXT DIFFERS"
                 done
             done
+        done
+        ;; esac
+    case ",$phases," in *,sampling,*)
+        # Sampled answers: the likeliest tokens selected on the device (Session::top_logits)
+        # against the whole row copied to the host (DF_SAMPLE_WHOLE_ROW=1); the same text.
+        local p=qwen3-4b-q8_0 how w
+        echo "== sampled decoding on CUDA ($p): device top-k vs the whole row"
+        [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+        for how in "--temp 0" "--temp 0.8" "--temp 0.8 --top-k 0 --top-p 0.9" "--temp 0.8 --repeat-penalty 1.1 --presence-penalty 0.3" \
+                   "--temp 0 --repeat-penalty 1.2"; do
+            for w in 0 1; do
+                DF_SAMPLE_WHOLE_ROW=$w $D run -m "/tmp/$p.gguf" --backend cuda --no-think -p "Tell me a story about a dragon." \
+                    -n 512 $how --seed 5 >"/tmp/samp-$w.txt" 2>"$out/samp-$w.log"
+                echo "$how, whole row $w: $(tail -n 1 "$out/samp-$w.log")"
+            done
+            cmp -s /tmp/samp-0.txt /tmp/samp-1.txt && echo "  same text" || echo "  TEXT DIFFERS"
         done
         ;; esac
     case ",$phases," in *,dflash,*)

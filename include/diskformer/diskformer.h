@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace diskformer {
@@ -160,10 +161,28 @@ public:
     // pick one step at a time: a seeded sampler's answer is the same with drafts or without.
     using Choose = std::function<int32_t(int row, std::span<const float> logits)>;
     int verify(int32_t token, std::span<const int32_t> draft, const Choose& choose, int32_t& next);
+    // The same for a rule that may need only a row's likeliest tokens (a sampler's top k): it
+    // gets each row as a Row, whose logits() copies the whole row and whose top() answers as
+    // top_logits() does for that row (from a GPU a few KB instead of the row).
+    class Row {
+    public:
+        virtual std::span<const float> logits() = 0;
+        virtual std::vector<std::pair<int32_t, float>> top(int k, std::span<const int32_t> extra) = 0;
+
+    protected:
+        ~Row() = default;
+    };
+    using ChooseRow = std::function<int32_t(int row, Row& r)>;
+    int verify(int32_t token, std::span<const int32_t> draft, const ChooseRow& choose, int32_t& next);
     int max_draft() const;  // 7, or fewer when the chunk is smaller than 8 tokens
 
     int32_t argmax() const;                  // of the last evaluated position
     std::vector<float> logits() const;       // of the last evaluated position
+    // A sampler's candidates at the last evaluated position without the whole row's copy from
+    // a GPU: the k likeliest tokens (larger logit first, then the lower id; NaN last) with their
+    // logits, then `extra` with theirs, in its order. k in 1..min(n_vocab, 1024), at most 1024
+    // extra ids, each in the vocabulary; throws Error otherwise.
+    std::vector<std::pair<int32_t, float>> top_logits(int k, std::span<const int32_t> extra = {}) const;
     void reset();
 
     int n_ctx() const;

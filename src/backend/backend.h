@@ -256,6 +256,17 @@ public:
     // inputs (ArgmaxFeed) from out[T - 1].
     virtual void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed = nullptr) = 0;
 
+    // A sampler's candidates without the whole row's copy (Session::top_logits): the k largest
+    // of x[0..n) in top_key's order (larger first, then the lower index; -0 as +0, NaN after
+    // every number) into ids[0..k) and vals[0..k), then ids[k + i] = extra[i] and vals[k + i] =
+    // x[extra[i]] for i < n_extra. 1 <= k <= min(n, kTopLogitsMax), 0 <= n_extra <=
+    // kTopLogitsMax, each extra in [0, n); throws otherwise. extra, ids and vals are
+    // host-visible (alloc_host_visible): the host writes extra before the call and reads ids and
+    // vals after synchronize(). Not while recording a graph.
+    static constexpr int kTopLogitsMax = 1024;
+    virtual void top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids,
+                            float* vals) = 0;
+
     // ---- graphs (decode) ----------------------------------------------------------------------
     // A forward step whose changing inputs all live in backend memory (Step::tokens/pos, caches,
     // state) is recorded once and replayed for every later token:

@@ -107,6 +107,14 @@ void Model::alloc_scratch(State& st, int chunk) const {
     st.argmax = static_cast<int32_t*>(be.alloc_host_visible(sizeof(int32_t) * T, MemKind::scratch));
     st.owned.push_back(st.argmax);
     st.scratch_bytes += sizeof(int32_t) * T;
+    constexpr size_t kTop = Backend::kTopLogitsMax;
+    const size_t top_bytes = (2 * kTop) * (sizeof(int32_t) + sizeof(float)) + kTop * sizeof(int32_t);
+    void* top = be.alloc_host_visible(top_bytes, MemKind::scratch);
+    st.owned.push_back(top);
+    st.scratch_bytes += top_bytes;
+    st.top_ids = static_cast<int32_t*>(top);
+    st.top_vals = reinterpret_cast<float*>(st.top_ids + 2 * kTop);
+    st.top_extra = reinterpret_cast<int32_t*>(st.top_vals + 2 * kTop);
 }
 
 std::unique_ptr<State> Model::new_scratch(int rows) const {

@@ -50,6 +50,11 @@ struct State {
     int32_t* pos = nullptr;                      // [chunk]; ... and [0] = the next position (ArgmaxFeed)
     int32_t* argmax = nullptr;                   // [chunk], host-visible (Backend::alloc_host_visible)
     float* logits = nullptr;                     // [chunk, n_vocab] when all_logits, else [1, n_vocab]
+    // A sampler's candidates (Backend::top_logits), host-visible: ids and vals [2 kTopLogitsMax],
+    // extra [kTopLogitsMax].
+    int32_t* top_ids = nullptr;
+    float* top_vals = nullptr;
+    int32_t* top_extra = nullptr;
     bool all_logits = false;
     // Hidden states kept for a block drafter (Model::enable_taps): after layer tap_layers[i], the
     // residual stream of the forward's T tokens at taps + i * chunk * n_embd.

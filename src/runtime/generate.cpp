@@ -174,6 +174,8 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
     // The next token when it is already chosen (plain greedy: the backend's argmax; a verify
     // pass's choice after the tokens it kept), else -1.
     int32_t chosen = sampler.is_plain_greedy() ? session.argmax() : -1;
+    const size_t V = static_cast<size_t>(session.model().info().n_vocab);
+    std::vector<int32_t> top_extra;  // Sampler::top_plan's
     bool picked = false;  // `chosen` came from a verify pass's rule: drawn and checked already
     std::deque<TokenLogprobs> pass_logprobs;  // a pass's rows' (with logprobs): kept tokens', then chosen's
     // Speculation: prompt + answer (the drafts' source), and the draft tokens a verify pass
@@ -210,6 +212,9 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
                 r.logprobs.push_back(std::move(pass_logprobs.front()));
                 pass_logprobs.pop_front();
             }
+        } else if (size_t n_top; id < 0 && !constrain && !want_logprobs && (n_top = sampler.top_plan(V, recent, top_extra)) > 0) {
+            // The likeliest tokens and the penalised / biased ones only (a GPU sends a few KB).
+            id = sampler.sample_top(session.top_logits(static_cast<int>(n_top), top_extra), n_top, recent);
         } else if (id < 0 || constrain) {
             std::vector<float> logits = session.logits();
             std::vector<float> raw;
@@ -297,17 +302,21 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
             std::vector<float> row;
             n_kept = session.verify(
                 id, guess,
-                [&](int i, std::span<const float> logits) {
+                Session::ChooseRow([&](int i, Session::Row& pass_row) {
                     if (i > 0) {
                         const int32_t prev = guess[static_cast<size_t>(i) - 1];
                         remember(seen, prev);
                         if (answer) answer->accept(prev);
                     }
+                    // As a step chooses: from the row's likeliest tokens where that is exact.
+                    if (size_t n_top; !answer && !want_logprobs && (n_top = sampler.top_plan(V, seen, top_extra)) > 0)
+                        return sampler.sample_top(pass_row.top(static_cast<int>(n_top), top_extra), n_top, seen);
+                    const std::span<const float> logits = pass_row.logits();
                     row.assign(logits.begin(), logits.end());
                     const int32_t t = answer ? sampler.sample(row, seen, allows, mask) : sampler.sample(row, seen);
                     if (want_logprobs) pass_logprobs.push_back(sampling::token_logprobs(logits, t, options.logprobs));
                     return t;
-                },
+                }),
                 chosen);
             picked = true;
         }

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace diskformer::sampling {
@@ -104,22 +105,31 @@ bool Sampler::has_penalties(const GenerateOptions& o) {
     return o.repeat_penalty != 1 || o.presence_penalty != 0 || o.frequency_penalty != 0;
 }
 
-void Sampler::apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const {
-    if (o_.penalty_window == 0 || !has_penalties(o_)) return;
+std::vector<std::pair<int32_t, int>> Sampler::window_counts(std::span<const int32_t> recent) const {
+    std::vector<std::pair<int32_t, int>> out;
+    if (o_.penalty_window == 0 || !has_penalties(o_)) return out;
     const size_t n = std::min(recent.size(), static_cast<size_t>(o_.penalty_window));
-    // The repeat and presence penalties apply once per distinct token however often it occurs
-    // (llama.cpp's), the frequency penalty once per occurrence (OpenAI's).
     std::vector<int32_t> ids(recent.end() - n, recent.end());
     std::sort(ids.begin(), ids.end());
     for (size_t i = 0; i < ids.size();) {
         const int32_t id = ids[i];
-        size_t count = 0;
+        int count = 0;
         for (; i < ids.size() && ids[i] == id; ++i) ++count;
-        if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
-        float& l = logits[id];
-        l = l > 0 ? l / o_.repeat_penalty : l * o_.repeat_penalty;
-        l -= o_.presence_penalty + o_.frequency_penalty * static_cast<float>(count);
+        out.push_back({id, count});
     }
+    return out;
+}
+
+// The repeat and presence penalties apply once per distinct token however often it occurs
+// (llama.cpp's), the frequency penalty once per occurrence (OpenAI's).
+float Sampler::penalized(float l, int count) const {
+    l = l > 0 ? l / o_.repeat_penalty : l * o_.repeat_penalty;
+    return l - (o_.presence_penalty + o_.frequency_penalty * static_cast<float>(count));
+}
+
+void Sampler::apply_penalties(std::vector<float>& logits, std::span<const int32_t> recent) const {
+    for (const auto& [id, count] : window_counts(recent))
+        if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] = penalized(logits[id], count);
 }
 
 // A total order (logit, then lower id first) so that every selection and sort has one result and
@@ -137,6 +147,8 @@ void Sampler::top_candidates(const std::vector<float>& logits, size_t k) {
         cands_.back() = {logits[i], static_cast<int32_t>(i)};
         std::push_heap(cands_.begin(), cands_.end(), Before{});
     }
+    // Sorted, so that top-p's mass is summed in one order whatever the path (sample_top).
+    std::sort_heap(cands_.begin(), cands_.end(), Before{});
 }
 
 // before's order as one unsigned key: the logit's order bits (larger first; -0 as +0, which
@@ -255,6 +267,58 @@ int32_t Sampler::sample(std::vector<float>& logits, std::span<const int32_t> rec
     return pick(logits);
 }
 
+size_t Sampler::top_plan(size_t n_vocab, std::span<const int32_t> recent, std::vector<int32_t>& extra) const {
+    extra.clear();
+    // DF_SAMPLE_WHOLE_ROW=1: always the whole row (for A/B timing; the same tokens).
+    static const bool whole_row = [] {
+        const char* e = std::getenv("DF_SAMPLE_WHOLE_ROW");
+        return e && std::string(e) == "1";
+    }();
+    if (whole_row) return 0;
+    // pick()'s paths: greedy (the best one), or the top-k candidates when k < n_vocab / 4.
+    const size_t k = o_.temperature == 0 ? 1 : static_cast<size_t>(o_.top_k);
+    if (k == 0 || (o_.temperature > 0 && k >= n_vocab / 4)) return 0;
+    for (const auto& [id, count] : window_counts(recent))
+        if (id >= 0 && static_cast<size_t>(id) < n_vocab) extra.push_back(id);
+    for (const auto& [id, bias] : o_.logit_bias) {
+        if (static_cast<size_t>(id) >= n_vocab) return 0;  // sample() names the error
+        extra.push_back(id);
+    }
+    std::sort(extra.begin(), extra.end());
+    extra.erase(std::unique(extra.begin(), extra.end()), extra.end());
+    constexpr size_t kMax = 1024;  // Session::top_logits
+    const size_t n_top = k + extra.size();
+    if (n_top > std::min(n_vocab, kMax)) return 0;
+    return n_top;
+}
+
+int32_t Sampler::sample_top(std::span<const std::pair<int32_t, float>> cands, size_t n_top, std::span<const int32_t> recent) {
+    if (n_top == 0 || n_top > cands.size()) throw Error("generate: no candidates to sample from");
+    // The changed tokens (cands past n_top, sorted by id as top_plan left them): their logits
+    // after the penalties and biases, by the same operations as sample().
+    std::vector<Cand> changed;
+    for (size_t i = n_top; i < cands.size(); ++i) changed.push_back({cands[i].second, cands[i].first});
+    auto find = [&](int32_t id) {
+        const auto it = std::lower_bound(changed.begin(), changed.end(), id, [](const Cand& c, int32_t v) { return c.id < v; });
+        return it != changed.end() && it->id == id ? it : changed.end();
+    };
+    for (const auto& [id, count] : window_counts(recent))
+        if (const auto it = find(id); it != changed.end()) it->logit = penalized(it->logit, count);
+    for (const auto& [id, bias] : o_.logit_bias)
+        if (const auto it = find(id); it != changed.end()) it->logit += bias;
+    cands_.clear();
+    for (size_t i = 0; i < n_top; ++i)
+        if (find(cands[i].first) == changed.end()) cands_.push_back({cands[i].second, cands[i].first});
+    cands_.insert(cands_.end(), changed.begin(), changed.end());
+    // The k best of them are the k best of the whole row: any other token has k unchanged ones
+    // above it.
+    const size_t k = std::min(cands_.size(), o_.temperature == 0 ? size_t{1} : static_cast<size_t>(o_.top_k));
+    std::partial_sort(cands_.begin(), cands_.begin() + static_cast<std::ptrdiff_t>(k), cands_.end(), Before{});
+    cands_.resize(k);
+    if (o_.temperature == 0) return cands_.front().id;
+    return draw();
+}
+
 int32_t Sampler::pick(const std::vector<float>& logits) {
     if (o_.temperature == 0) {
         // max_element returns the first maximum: the lowest id wins a tie.
@@ -267,6 +331,10 @@ int32_t Sampler::pick(const std::vector<float>& logits) {
         cands_.resize(logits.size());
         for (size_t i = 0; i < logits.size(); ++i) cands_[i] = {logits[i], static_cast<int32_t>(i)};
     }
+    return draw();
+}
+
+int32_t Sampler::draw() {
     truncate(cands_);
     // Temperature scales the survivors only (llama.cpp's order: truncate, then temperature).
     const float lmax = cands_.front().logit;

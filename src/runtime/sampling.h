@@ -47,6 +47,17 @@ public:
                    const std::function<bool(int32_t)>& allowed = {},
                    const std::function<void(std::vector<float>&)>& mask = {});
 
+    // The same choice from the row's likeliest tokens instead of the whole row (Session::
+    // top_logits, which a GPU answers without copying the row): top_plan returns how many of
+    // the likeliest are needed, 0 when sample() must see the whole row (top-k off or wide, a
+    // JSON rule, more than 1024 candidates), and sets `extra` to the tokens whose own logits are
+    // needed too (the penalised and the biased ones: only theirs change before the top-k, so
+    // the top-k lies within the n_top likeliest and them). sample_top(cands, n_top, recent),
+    // with cands = the n_top likeliest then `extra`'s, picks what sample() would pick from the
+    // whole row, and draws from the same generator.
+    size_t top_plan(size_t n_vocab, std::span<const int32_t> recent, std::vector<int32_t>& extra) const;
+    int32_t sample_top(std::span<const std::pair<int32_t, float>> cands, size_t n_top, std::span<const int32_t> recent);
+
 private:
     struct Cand {
         float logit;
@@ -62,10 +73,15 @@ private:
     };
     static uint64_t sort_key(const Cand& x);
     void sort(std::vector<Cand>& c, size_t from);  // c[from, end) in before's order
-    // cands_ = the k best of the logits (before's order), in one pass over them.
+    // The distinct tokens of the penalty window (those the penalties change), in id order, with
+    // their counts; empty when the penalties are off.
+    std::vector<std::pair<int32_t, int>> window_counts(std::span<const int32_t> recent) const;
+    float penalized(float l, int count) const;
+    // cands_ = the k best of the logits in before's order (sorted), in one pass over them.
     void top_candidates(const std::vector<float>& logits, size_t k);
     void truncate(std::vector<Cand>& c);  // top-k, top-p, min-p; leaves c sorted by logit
     int32_t pick(const std::vector<float>& logits);  // greedy or sampled, after the penalties
+    int32_t draw();  // from cands_ (sorted, the top-k or every token): truncation, temperature
 
     GenerateOptions o_;
     bool plain_greedy_;

@@ -356,6 +356,27 @@ int Session::max_draft() const { return std::min(impl_->st->chunk, df::model::kV
 
 namespace {
 
+// Session::top_logits of row `row` of the state's logits (the caller holds the backend).
+std::vector<std::pair<int32_t, float>> top_logits_of(const Session::Impl& I, int64_t row, int k,
+                                                     std::span<const int32_t> extra) {
+    const int V = static_cast<int>(I.m->config().n_vocab);
+    constexpr int kMax = df::Backend::kTopLogitsMax;
+    if (k < 1 || k > std::min(V, kMax))
+        throw Error("top_logits: k = " + std::to_string(k) + " outside 1.." + std::to_string(std::min(V, kMax)));
+    if (extra.size() > static_cast<size_t>(kMax))
+        throw Error("top_logits: " + std::to_string(extra.size()) + " extra ids (at most " + std::to_string(kMax) + ")");
+    for (int32_t id : extra)
+        if (id < 0 || id >= V) throw Error("top_logits: token " + std::to_string(id) + " is outside the vocabulary");
+    const int n_extra = static_cast<int>(extra.size());
+    df::model::State& st = *I.st;
+    std::copy(extra.begin(), extra.end(), st.top_extra);
+    I.be->top_logits(st.logits + row * V, V, k, st.top_extra, n_extra, st.top_ids, st.top_vals);
+    I.be->synchronize();
+    std::vector<std::pair<int32_t, float>> out(static_cast<size_t>(k + n_extra));
+    for (int i = 0; i < k + n_extra; ++i) out[i] = {st.top_ids[i], st.top_vals[i]};
+    return out;
+}
+
 // One verify pass: `token` and `draft` in one forward, the draft kept while pick(i), the choice
 // at row i, equals draft[i]. Returns the kept count and the choice at the row after the last
 // kept draft token. The cache then holds `token` and the kept tokens, with that row's logits.
@@ -406,19 +427,54 @@ int Session::verify(int32_t token, std::span<const int32_t> draft) {
 }
 
 int Session::verify(int32_t token, std::span<const int32_t> draft, const Choose& choose, int32_t& next) {
+    if (!choose) throw Error("verify: no rule to choose tokens");
+    return verify(token, draft, ChooseRow([&](int i, Row& r) { return choose(i, r.logits()); }), next);
+}
+
+namespace {
+
+// Row `row` of the state's logits (the session's backend held by the caller), read only as the
+// rule asks.
+class StateRow final : public Session::Row {
+public:
+    StateRow(const Session::Impl& I, int64_t row, std::vector<float>& buf) : I_(I), row_(row), buf_(buf) {}
+    std::span<const float> logits() override {
+        const size_t V = I_.m->config().n_vocab;
+        if (!fetched_) {
+            buf_.resize(V);
+            I_.be->download(buf_.data(), I_.st->logits + row_ * static_cast<int64_t>(V), sizeof(float) * V);
+            fetched_ = true;
+        }
+        return buf_;
+    }
+    std::vector<std::pair<int32_t, float>> top(int k, std::span<const int32_t> extra) override {
+        return top_logits_of(I_, row_, k, extra);
+    }
+
+private:
+    const Session::Impl& I_;
+    int64_t row_;
+    std::vector<float>& buf_;
+    bool fetched_ = false;
+};
+
+}  // namespace
+
+int Session::verify(int32_t token, std::span<const int32_t> draft, const ChooseRow& choose, int32_t& next) {
     auto& I = *impl_;
     if (!choose) throw Error("verify: no rule to choose tokens");
     draft = draft.first(std::min(draft.size(), static_cast<size_t>(std::max(0, max_draft()))));
+    std::vector<float> buf;
     if (draft.empty()) {
         step(token);
-        next = choose(0, logits());
+        Engine::Lock hold(*I.engine);
+        StateRow r(I, I.last_row, buf);
+        next = choose(0, r);
         return 0;
     }
-    const size_t V = I.m->config().n_vocab;
-    std::vector<float> row(V);
     const auto [kept, choice] = verify_pass(I, token, draft, [&](size_t i) {
-        I.be->download(row.data(), I.st->logits + i * V, sizeof(float) * V);
-        return choose(static_cast<int>(i), row);
+        StateRow r(I, static_cast<int64_t>(i), buf);
+        return choose(static_cast<int>(i), r);
     });
     next = choice;
     return static_cast<int>(kept);
@@ -438,6 +494,13 @@ std::vector<float> Session::logits() const {
     Engine::Lock hold(*I.engine);
     I.be->download(out.data(), I.st->logits + I.last_row * V, sizeof(float) * V);
     return out;
+}
+
+std::vector<std::pair<int32_t, float>> Session::top_logits(int k, std::span<const int32_t> extra) const {
+    const auto& I = *impl_;
+    if (!I.logits_valid) throw Error("no logits: evaluate a token first");
+    Engine::Lock hold(*I.engine);
+    return top_logits_of(I, I.last_row, k, extra);
 }
 
 void Session::reset() {

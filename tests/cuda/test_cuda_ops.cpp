@@ -589,6 +589,59 @@ TEST(CudaOps, SigmoidMulAddArgmax) {
     }
 }
 
+TEST(CudaOps, TopLogitsEqualTheCpuBackends) {
+    // Rows of awkward sizes and offsets: many ties, -0 beside +0, +-inf, NaN, all equal, all
+    // -inf, a top of thousands of equal values; k from 1 to 1024 and up to n; extra entries.
+    // ids and values must equal the CPU backend's bit for bit.
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    constexpr int kMax = Backend::kTopLogitsMax;
+    auto* ids = static_cast<int32_t*>(gpu.alloc_host_visible(sizeof(int32_t) * 2 * kMax, MemKind::scratch));
+    auto* vals = static_cast<float*>(gpu.alloc_host_visible(sizeof(float) * 2 * kMax, MemKind::scratch));
+    auto* extra = static_cast<int32_t*>(gpu.alloc_host_visible(sizeof(int32_t) * kMax, MemKind::scratch));
+    std::vector<int32_t> want_ids(2 * kMax);
+    std::vector<float> want_vals(2 * kMax);
+    for (int shape = 0; shape < 7; ++shape) {
+        const int n = shape == 0 ? 1 : shape == 1 ? 1000 : shape == 2 ? 1025 : shape == 3 ? 151936 : 248320 - shape;
+        std::vector<float> x(static_cast<size_t>(n) + 3);
+        std::uniform_int_distribution<int> level(-2000, 2000);
+        for (auto& v : x) v = static_cast<float>(level(g)) / 64.0f;
+        if (shape == 4) std::fill(x.begin(), x.end(), 0.25f);
+        if (shape == 5) std::fill(x.begin(), x.end(), -inf);
+        if (shape == 6)  // thousands tied at the top
+            for (size_t i = 0; i < x.size(); i += 37) x[i] = 100.0f;
+        for (int i = 0; shape < 4 && i < n / 40; ++i) {
+            const size_t at = static_cast<size_t>(g()) % x.size();
+            x[at] = i % 5 == 0 ? -0.0f : i % 5 == 1 ? 0.0f : i % 5 == 2 ? -inf : i % 5 == 3 ? nan : inf;
+        }
+        const int off = shape % 3;  // rows need not be aligned
+        Buf<float> xc(cpu, x), xg(gpu, x);
+        for (int k : {1, 7, 40, 513, 1000, 1024, n}) {
+            if (k > n || k > kMax) continue;
+            SCOPED_TRACE("shape " + std::to_string(shape) + " n " + std::to_string(n) + " k " + std::to_string(k));
+            const int n_extra = k % 3 == 0 ? 0 : 17;
+            for (int i = 0; i < n_extra; ++i) extra[i] = static_cast<int32_t>(g() % static_cast<unsigned>(n));
+            std::fill(ids, ids + k + n_extra, -7);
+            cpu.top_logits(xc.p() + off, n, k, extra, n_extra, want_ids.data(), want_vals.data());
+            gpu.top_logits(xg.p() + off, n, k, extra, n_extra, ids, vals);
+            gpu.synchronize();
+            ASSERT_EQ(std::vector<int32_t>(ids, ids + k + n_extra), std::vector<int32_t>(want_ids.begin(), want_ids.begin() + k + n_extra));
+            ASSERT_EQ(0, std::memcmp(vals, want_vals.data(), sizeof(float) * static_cast<size_t>(k + n_extra)));
+        }
+    }
+    const int32_t bad = 5000;
+    extra[0] = bad;
+    Buf<float> small(gpu, std::vector<float>(100, 1.0f));
+    EXPECT_THROW(gpu.top_logits(small.p(), 100, 1, extra, 1, ids, vals), std::invalid_argument);
+    EXPECT_THROW(gpu.top_logits(small.p(), 100, 101, extra, 0, ids, vals), std::invalid_argument);
+    gpu.release(ids);
+    gpu.release(vals);
+    gpu.release(extra);
+}
+
 TEST(CudaOps, GatedRmsNormInPlace) {
     DF_REQUIRE_CUDA();
     Backend& cpu = *cpu_backend();

@@ -313,6 +313,62 @@ TEST_P(Generate, LogprobsAreTheRawLogSoftmaxAndChangeNoToken) {
     EXPECT_THROW(dfm::generate(s, prompt, bad), dfm::Error);
 }
 
+// A sampled answer's tokens are chosen from the row's likeliest tokens and the penalised or
+// biased ones (Session::top_logits: a GPU sends those, not the row); asking for log-probabilities
+// makes generate() copy the whole row, so the two must give the same answer.
+TEST_P(Generate, TheLikeliestTokensDrawWhatTheWholeRowDraws) {
+    const auto prompt = prompt_of(GetParam());
+    auto m = model(GetParam());
+    {
+        dfm::Session s(m, {.ctx = 128});
+        s.append(prompt);
+        const auto row = s.logits();
+        const std::vector<int32_t> extra{7, 3, 7};
+        const auto top = s.top_logits(50, extra);
+        std::vector<int32_t> order(row.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        ASSERT_EQ(top.size(), 53u);
+        for (size_t i = 0; i < 50; ++i) {
+            EXPECT_EQ(top[i].first, order[i]) << "rank " << i;
+            EXPECT_EQ(top[i].second, row[order[i]]);
+        }
+        for (size_t i = 0; i < extra.size(); ++i) EXPECT_EQ(top[50 + i], std::make_pair(extra[i], row[extra[i]]));
+        EXPECT_THROW(s.top_logits(0), dfm::Error);
+        EXPECT_THROW(s.top_logits(1025), dfm::Error);
+        const int32_t past[] = {m->info().n_vocab};
+        EXPECT_THROW(s.top_logits(5, past), dfm::Error);
+    }
+    std::vector<GenerateOptions> cases(4, sampled(21, 40));
+    cases[0].temperature = 0.8f;
+    cases[0].top_k = 40;
+    cases[1].temperature = 1.3f;
+    cases[1].top_k = 5;
+    cases[1].top_p = 0.9f;
+    cases[1].min_p = 0.05f;
+    cases[1].repeat_penalty = 1.3f;
+    cases[1].presence_penalty = -2.0f;  // raises every recent token
+    cases[1].frequency_penalty = 0.5f;
+    cases[2].temperature = 0;  // greedy, but penalised and biased: not the backend's argmax
+    cases[2].repeat_penalty = 1.5f;
+    cases[2].logit_bias = {{prompt.back(), 4.0f}, {11, 12.0f}};
+    cases[3].temperature = 0.7f;
+    cases[3].top_k = 2;
+    cases[3].penalty_window = 8;
+    cases[3].frequency_penalty = 1.0f;
+    cases[3].logit_bias = {{5, 9.0f}, {6, 9.0f}, {prompt[0], -100.0f}};
+    for (size_t c = 0; c < cases.size(); ++c) {
+        SCOPED_TRACE("case " + std::to_string(c));
+        dfm::Session a(m, {.ctx = 256}), b(m, {.ctx = 256});
+        const auto fast = dfm::generate(a, prompt, cases[c]);
+        GenerateOptions whole = cases[c];
+        whole.logprobs = 0;
+        const auto want = dfm::generate(b, prompt, whole);
+        EXPECT_EQ(fast.tokens.size(), 40u);
+        EXPECT_EQ(fast.tokens, want.tokens);
+    }
+}
+
 // JSON mode on random weights: the answer is always a prefix of a JSON object (a whole one
 // when the model ends it), greedy or sampled, and the tokens before the first one the constraint
 // changed are the unconstrained ones.
@@ -956,6 +1012,44 @@ TEST_P(Generate, VerifyWithARuleOffersRowsInOrderUntilAChoiceDiffers) {
     EXPECT_EQ(next, g[1] ^ 1);
     EXPECT_EQ(w.n_cached(), static_cast<int>(prompt.size()) + 1);
     EXPECT_THROW(w.verify(next, std::vector<int32_t>{g[2]}, dfm::Session::Choose{}, next), dfm::Error);
+}
+
+// A rule given rows (Session::Row) sees each row's likeliest tokens as top() gives them: the
+// row's own, plus the extra ids' logits; the first token of the top is the greedy choice.
+TEST_P(Generate, VerifyWithARowRuleGetsEachRowsTop) {
+    const auto prompt = prompt_of(GetParam());
+    dfm::Session steps(model(GetParam()), {.ctx = 256});
+    steps.set_prompt(prompt);
+    std::vector<int32_t> g{steps.argmax()};
+    std::vector<std::vector<float>> logits;  // after each of g[0..]
+    for (int i = 0; i < 4; ++i) {
+        g.push_back(steps.step(g.back()));
+        logits.push_back(steps.logits());
+    }
+    std::vector<int> rows;
+    const std::vector<int32_t> extra{3, 1};
+    const dfm::Session::ChooseRow top_rule = [&](int row, dfm::Session::Row& r) {
+        rows.push_back(row);
+        const auto& want = logits[static_cast<size_t>(row)];
+        const auto top = r.top(8, extra);
+        EXPECT_EQ(top.size(), 10u);
+        std::vector<int32_t> order(want.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return want[a] > want[b]; });
+        for (size_t i = 0; i < 8; ++i) EXPECT_EQ(top[i], std::make_pair(order[i], want[order[i]])) << "row " << row << " rank " << i;
+        EXPECT_EQ(top[8], std::make_pair(3, want[3]));
+        EXPECT_EQ(top[9], std::make_pair(1, want[1]));
+        if (row == 1) {
+            EXPECT_EQ(0, std::memcmp(r.logits().data(), want.data(), want.size() * sizeof(float)));
+        }
+        return top[0].first;
+    };
+    dfm::Session s(model(GetParam()), {.ctx = 256});
+    s.set_prompt(prompt);
+    int32_t next = -1;
+    EXPECT_EQ(s.verify(g[0], std::vector<int32_t>{g[1], g[2], g[3]}, top_rule, next), 3);
+    EXPECT_EQ(rows, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(next, g[4]);
 }
 
 TEST(Speculative, AStopStringInsideKeptTokensLeavesTheCacheAsWithout) {

@@ -182,6 +182,89 @@ TEST(Sampler, AWholeVocabularyDrawsWhatThePlainStepsDraw) {
     }
 }
 
+// A row's n likeliest (logit, then lower id; -0 as +0) and then `extra`'s own logits, found
+// plainly: what Session::top_logits answers.
+std::vector<std::pair<int32_t, float>> plain_top(const std::vector<float>& l, size_t n, const std::vector<int32_t>& extra) {
+    std::vector<int32_t> ids(l.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    std::vector<std::pair<int32_t, float>> out;
+    for (size_t i = 0; i < n; ++i) out.push_back({ids[i], l[ids[i]]});
+    for (int32_t id : extra) out.push_back({id, l[id]});
+    return out;
+}
+
+TEST(Sampler, TheTopCandidatesDrawWhatTheWholeRowDraws) {
+    // sample_top from the row's likeliest tokens and the penalised / biased ones picks what
+    // sample() picks from the whole row, draw by draw with the same seed: with penalties that
+    // lower the likeliest and a negative presence penalty that raises tokens from the bottom,
+    // biases that ban the best and lift the worst, ties, -0 beside +0, -inf.
+    uint64_t x = 7;
+    auto next = [&] { return (x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+    const size_t V = 20000;
+    std::vector<float> base(V);
+    for (auto& v : base) v = static_cast<float>(static_cast<int>(next() % 801) - 400) / 50.0f;  // ties
+    for (int i = 0; i < 60; ++i) base[next() % V] = (i % 3 == 0) ? -0.0f : (i % 3 == 1) ? 0.0f : -INFINITY;
+    const int32_t best = static_cast<int32_t>(std::max_element(base.begin(), base.end()) - base.begin());
+    const int32_t worst = static_cast<int32_t>(std::min_element(base.begin(), base.end()) - base.begin());
+    int cases = 0;
+    for (float temp : {0.0f, 0.7f, 1.5f})
+        for (int k : {1, 7, 40, 300})
+            for (int variant = 0; variant < 4; ++variant) {
+                GenerateOptions o = opts(temp, k, variant == 1 ? 0.8f : 1.0f, variant == 2 ? 0.05f : 0.0f);
+                o.seed = 1000 + cases;
+                if (variant >= 1) o.repeat_penalty = 1.3f;
+                if (variant == 2) o.presence_penalty = -3.0f;  // raises every recent token
+                if (variant == 3) {
+                    o.frequency_penalty = 0.4f;
+                    o.penalty_window = 16;
+                    o.logit_bias = {{best, -100.0f}, {worst, 30.0f}, {5, 2.0f}, {5, 1.0f}};
+                }
+                if (temp == 0 && variant == 0) o.presence_penalty = 0.5f;  // not plain greedy
+                SCOPED_TRACE("temp " + std::to_string(temp) + " top-k " + std::to_string(k) + " variant " + std::to_string(variant));
+                Sampler whole(o), top(o);
+                std::vector<int32_t> recent;
+                for (int i = 0; i < 20; ++i) recent.push_back(static_cast<int32_t>(next() % V));
+                recent.push_back(best);
+                for (int d = 0; d < 25; ++d) {
+                    std::vector<float> l = base;
+                    for (int j = 0; j < 5; ++j) l[next() % V] += 3.0f;  // a different head each draw
+                    std::vector<int32_t> extra;
+                    const size_t n_top = top.top_plan(V, recent, extra);
+                    ASSERT_GT(n_top, 0u);
+                    ASSERT_EQ(n_top, (temp == 0 ? 1u : static_cast<size_t>(k)) + extra.size());
+                    const int32_t got = top.sample_top(plain_top(l, n_top, extra), n_top, recent);
+                    std::vector<float> row = l;
+                    ASSERT_EQ(got, whole.sample(row, recent)) << "draw " << d;
+                    recent.push_back(got);
+                    if (d % 3 == 0) recent.push_back(static_cast<int32_t>(next() % V));
+                }
+                ++cases;
+            }
+    EXPECT_EQ(cases, 48);
+}
+
+TEST(Sampler, TopPlanAsksForTheWholeRowWhenItMust) {
+    std::vector<int32_t> extra;
+    const std::vector<int32_t> recent{3, 3, 9};
+    EXPECT_EQ(Sampler(opts(0.8f, 0)).top_plan(1000, recent, extra), 0u) << "top-k off";
+    EXPECT_EQ(Sampler(opts(0.8f, 250)).top_plan(1000, recent, extra), 0u) << "a quarter of the vocabulary";
+    EXPECT_EQ(Sampler(opts(0.8f, 40)).top_plan(1000, recent, extra), 40u);
+    EXPECT_TRUE(extra.empty()) << "no penalties: the window is not needed";
+    GenerateOptions o = opts(0.8f, 40);
+    o.repeat_penalty = 1.1f;
+    o.logit_bias = {{9, 1.0f}, {500, -2.0f}};
+    EXPECT_EQ(Sampler(o).top_plan(1000, recent, extra), 43u);
+    EXPECT_EQ(extra, (std::vector<int32_t>{3, 9, 500})) << "distinct, in id order";
+    o.logit_bias = {{1000, 1.0f}};
+    EXPECT_EQ(Sampler(o).top_plan(1000, recent, extra), 0u) << "sample() names the bad bias";
+    o.logit_bias.clear();
+    o.penalty_window = 4000;
+    std::vector<int32_t> many(3000);
+    for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>(i);
+    EXPECT_EQ(Sampler(o).top_plan(100000, many, extra), 0u) << "past 1024 candidates";
+}
+
 TEST(Sampler, Penalties) {
     GenerateOptions o = opts(0);
     o.repeat_penalty = 2;

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <stdexcept>
 #include <vector>
 
 #include "backend/cpu/dot.h"
+#include "backend/top_key.h"
 #include "backend/cpu/gemm.h"
 #include "quant/dequant.h"
 
@@ -207,6 +209,22 @@ void CpuBackend::argmax(const float* x, int T, int n, int32_t* out, const Argmax
     if (feed && T > 0) {
         feed->pos[0] = feed->pos[feed->T - 1] + 1;
         feed->tokens[0] = out[T - 1];
+    }
+}
+
+void CpuBackend::top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids, float* vals) {
+    check_top_logits(n, k, extra, n_extra, kTopLogitsMax);
+    std::vector<uint64_t>& keys = top_keys_;
+    keys.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) keys[i] = top_key(x[i], i);
+    std::partial_sort(keys.begin(), keys.begin() + k, keys.end(), std::greater<>());
+    for (int j = 0; j < k; ++j) {
+        ids[j] = top_key_index(keys[j]);
+        vals[j] = x[ids[j]];
+    }
+    for (int i = 0; i < n_extra; ++i) {
+        ids[k + i] = extra[i];
+        vals[k + i] = x[extra[i]];
     }
 }
 

@@ -8,6 +8,7 @@
 #include <array>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/thread_pool.h"
@@ -60,12 +61,14 @@ public:
                        float eps, float* out) override;
     void add(float* y, const float* x, int64_t n) override;
     void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) override;
+    void top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids, float* vals) override;
 
 private:
     ThreadPool pool_;
     mutable std::mutex mem_mu_;
     std::unordered_map<void*, std::pair<size_t, MemKind>> allocs_;
     std::array<size_t, static_cast<size_t>(MemKind::count_)> in_use_{}, peak_{};
+    std::vector<uint64_t> top_keys_;  // top_logits's working memory (a vocabulary's keys)
 };
 
 // Scalar helpers shared by the CPU ops and by tests (ggml's definitions).

@@ -14,6 +14,7 @@
 #include "backend/cuda/layout.h"
 #include "backend/cuda/tables.h"
 #include "backend/cuda/trace.h"
+#include "backend/top_key.h"
 #include "quant/dequant.h"
 
 namespace df::cuda {
@@ -1094,6 +1095,20 @@ void CudaBackend::argmax(const float* x, int T, int n, int32_t* out, const Argma
     DF_CUDA_REQUIRE(!feed || (feed->T >= 1 && feed->tokens && feed->pos), "argmax: incomplete feed");
     launch_argmax(x, T, n, out, argmax_keys_, kArgmaxKeys, stream_, feed ? feed->tokens : nullptr,
                   feed ? feed->pos : nullptr, feed ? feed->T : 0);
+}
+
+void CudaBackend::top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids, float* vals) {
+    op_start();
+    DF_CUDA_REQUIRE(!capturing_, "top_logits while a graph is being recorded");
+    check_top_logits(n, k, extra, n_extra, kTopLogitsMax);
+    const size_t bytes = top_logits_scratch_bytes(n);
+    if (bytes > top_scratch_bytes_) {
+        release(top_scratch_);
+        top_scratch_ = nullptr;  // (alloc may throw)
+        top_scratch_ = alloc(bytes, MemKind::scratch);  // zero-filled, as the kernels need
+        top_scratch_bytes_ = bytes;
+    }
+    launch_top_logits(x, n, k, extra, n_extra, ids, vals, top_scratch_, stream_);
 }
 
 // ---- graphs --------------------------------------------------------------------------------

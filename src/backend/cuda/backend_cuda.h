@@ -70,6 +70,7 @@ public:
                          float* out) override;
     void add(float* y, const float* x, int64_t n) override;
     void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) override;
+    void top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids, float* vals) override;
 
     int graph_variant(const Step& s) const override;
     bool begin_capture(uint64_t key) override;
@@ -210,6 +211,8 @@ private:
     uint32_t* gdn_counters_ = nullptr;   // the fused GDN kernel's per-key-head counters (left zeroed)
     static constexpr int kGdnCounters = 256;
     unsigned long long* argmax_keys_ = nullptr;  // one per row of an argmax call
+    void* top_scratch_ = nullptr;  // top_logits's histogram, count and candidates
+    size_t top_scratch_bytes_ = 0;
     void* staging_ = nullptr;           // pinned host buffer for weight uploads
     size_t staging_bytes_ = 0;
     bool split_gemm_ = true;

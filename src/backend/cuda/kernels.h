@@ -386,6 +386,12 @@ void launch_add(float* y, const float* x, int64_t n, cudaStream_t s);
 // also feed_tokens[0] = out[T - 1] and feed_pos[0] = feed_pos[feed_T - 1] + 1 (Backend::argmax).
 void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long long* keys, int keys_cap,
                    cudaStream_t s, int32_t* feed_tokens = nullptr, int32_t* feed_pos = nullptr, int feed_T = 0);
+// Backend::top_logits (top_logits.cu); k in 1..min(n, 1024), extra in [0, n). scratch: device
+// memory of top_logits_scratch_bytes(n) or more, zero-filled before the first call (each call
+// leaves it so).
+size_t top_logits_scratch_bytes(int n);
+void launch_top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids, float* vals,
+                       void* scratch, cudaStream_t s);
 // gate[i] = silu(gate[i]) * up[i] for i < n.
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
 
