@@ -313,6 +313,7 @@ int32_t Sampler::sample_top(std::span<const std::pair<int32_t, float>> cands, si
     // The k best of them are the k best of the whole row: any other token has k unchanged ones
     // above it.
     const size_t k = std::min(cands_.size(), o_.temperature == 0 ? size_t{1} : static_cast<size_t>(o_.top_k));
+    if (k == 0) throw Error("generate: sample_top needs top-k on (top_plan returns 0 without it)");
     std::partial_sort(cands_.begin(), cands_.begin() + static_cast<std::ptrdiff_t>(k), cands_.end(), Before{});
     cands_.resize(k);
     if (o_.temperature == 0) return cands_.front().id;
