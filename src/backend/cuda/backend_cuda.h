@@ -114,9 +114,11 @@ public:
         flush();
         narrow_ = on;
     }
-    // Decode RMSNorm folded into the f32 matvecs that read its output. Off by default: on the
-    // H200 it measured 1.7 % slower on the 4B preset (every block of every matvec repeats the
-    // norm before its main loop); DF_CUDA_FOLD_NORM=1 turns it on. For tests and A/B runs.
+    // Decode RMSNorm folded into the f32 register matvecs that read its output (the ring
+    // kernels' types take the register kernel then). Off by default: on the H200 it measured
+    // 1.7 % slower on the 4B preset (every block of every matvec repeats the norm before its
+    // main loop), and folded into the ring kernels themselves 13 % (session 41,
+    // bench/experiments/norm_fold_ring.patch); DF_CUDA_FOLD_NORM=1 turns it on. For tests and A/B runs.
     void set_fold_norm(bool on) {
         flush();
         fold_norm_ = on;
