@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "backend/cpu/dot.h"
-#include "backend/top_key.h"
 #include "backend/cpu/gemm.h"
+#include "backend/top_key.h"
 #include "quant/dequant.h"
 
 namespace df::cpu {
