@@ -130,12 +130,15 @@ __global__ void __launch_bounds__(kThreads) argmax_partial_kernel(const float* x
 }
 
 // With feed_tokens, the thread of row T - 1 also writes the next step's token and position.
-__global__ void argmax_finish_kernel(const unsigned long long* keys, int T, int32_t* out, int32_t* feed_tokens,
+// Each key is reset to 0 once read: the next call starts from zeros without a memset (in a graph
+// a memset node between the LM head and the argmax would stand in the way of the PDL edge).
+__global__ void argmax_finish_kernel(unsigned long long* keys, int T, int32_t* out, int32_t* feed_tokens,
                                      int32_t* feed_pos, int feed_T) {
     pdl_begin();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     const int32_t id = static_cast<int32_t>(~static_cast<uint32_t>(keys[t] & 0xFFFFFFFFu));
+    keys[t] = 0;
     out[t] = id;
     if (feed_tokens && t == T - 1) {
         feed_pos[0] = feed_pos[feed_T - 1] + 1;
@@ -179,12 +182,13 @@ void launch_gdn_conv(float* x, int T, int channels, int taps, const float* w, fl
     }
 }
 
+// keys must be zero before the first call (the backend allocates them zero-filled); every call
+// leaves them so (argmax_finish_kernel).
 void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long long* keys, int keys_cap,
                    cudaStream_t s, int32_t* feed_tokens, int32_t* feed_pos, int feed_T) {
     for (int t0 = 0; t0 < T; t0 += keys_cap) {
         const int nt = std::min(keys_cap, T - t0);
         const bool last = t0 + nt == T;
-        DF_CUDA_CHECK(cudaMemsetAsync(keys, 0, sizeof(unsigned long long) * nt, s));
         const int per_block = kThreads * kArgmaxPerThread;
         launch(argmax_partial_kernel, dim3((n + per_block - 1) / per_block, nt), kThreads, 0, s,
             x + static_cast<int64_t>(t0) * n, n, keys);
