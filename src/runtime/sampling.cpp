@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/backend.h"
+
 namespace diskformer::sampling {
 namespace {
 
@@ -286,7 +288,7 @@ size_t Sampler::top_plan(size_t n_vocab, std::span<const int32_t> recent, std::v
     }
     std::sort(extra.begin(), extra.end());
     extra.erase(std::unique(extra.begin(), extra.end()), extra.end());
-    constexpr size_t kMax = 1024;  // Session::top_logits
+    constexpr size_t kMax = df::Backend::kTopLogitsMax;  // Session::top_logits's bound
     const size_t n_top = k + extra.size();
     if (n_top > std::min(n_vocab, kMax)) return 0;
     return n_top;

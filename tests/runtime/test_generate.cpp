@@ -963,16 +963,24 @@ TEST_P(Generate, SampledDraftsGiveTheSameAnswer) {
 
 // Session::verify with a choosing rule: rows are offered in order, each exactly once, until a
 // choice differs from the draft; the rule that picks the argmax keeps what greedy verify keeps.
-TEST_P(Generate, VerifyWithARuleOffersRowsInOrderUntilAChoiceDiffers) {
-    const auto prompt = prompt_of(GetParam());
-    dfm::Session steps(model(GetParam()), {.ctx = 256});
+// Greedy decoding after `prompt`, step by step: the tokens g (g[0] the prompt's argmax) and
+// the logits after each of g[0 .. n).
+std::pair<std::vector<int32_t>, std::vector<std::vector<float>>> greedy_steps(const std::string& name,
+                                                                              const std::vector<int32_t>& prompt, int n) {
+    dfm::Session steps(model(name), {.ctx = 256});
     steps.set_prompt(prompt);
     std::vector<int32_t> g{steps.argmax()};
-    std::vector<std::vector<float>> logits;  // after each of g[0..]
-    for (int i = 0; i < 6; ++i) {
+    std::vector<std::vector<float>> logits;
+    for (int i = 0; i < n; ++i) {
         g.push_back(steps.step(g.back()));
         logits.push_back(steps.logits());
     }
+    return {g, logits};
+}
+
+TEST_P(Generate, VerifyWithARuleOffersRowsInOrderUntilAChoiceDiffers) {
+    const auto prompt = prompt_of(GetParam());
+    const auto [g, logits] = greedy_steps(GetParam(), prompt, 6);
     auto argmax_of = [](std::span<const float> l) {
         return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
     };
@@ -1018,14 +1026,7 @@ TEST_P(Generate, VerifyWithARuleOffersRowsInOrderUntilAChoiceDiffers) {
 // row's own, plus the extra ids' logits; the first token of the top is the greedy choice.
 TEST_P(Generate, VerifyWithARowRuleGetsEachRowsTop) {
     const auto prompt = prompt_of(GetParam());
-    dfm::Session steps(model(GetParam()), {.ctx = 256});
-    steps.set_prompt(prompt);
-    std::vector<int32_t> g{steps.argmax()};
-    std::vector<std::vector<float>> logits;  // after each of g[0..]
-    for (int i = 0; i < 4; ++i) {
-        g.push_back(steps.step(g.back()));
-        logits.push_back(steps.logits());
-    }
+    const auto [g, logits] = greedy_steps(GetParam(), prompt, 4);
     std::vector<int> rows;
     const std::vector<int32_t> extra{3, 1};
     const dfm::Session::ChooseRow top_rule = [&](int row, dfm::Session::Row& r) {
