@@ -14,6 +14,7 @@
 #                serve (the HTTP server on CUDA, checked by scripts/serve_check.py)
 #                spec (speculative decoding by prompt lookup: same text, rate with drafts 0 / 3 / 7)
 #                sampling (sampled answers on the 4B layout: device top-k vs the whole row copied)
+#                cli (run's decode rate by answer length against bench: a fixed cost per answer)
 #                dflash (a random 4B-shaped DFlash drafter: ms per draft and per round of 8)
 #                short-prefill (prompts of 12..100 tokens, the GEMM's narrow token tiles on and off)
 #                parallel (continuous batching: 2 / 4 / 8 generations at once, decode tok/s in all,
@@ -196,6 +197,19 @@ PY
             done
             cmp -s /tmp/samp-0.txt /tmp/samp-1.txt && echo "  same text" || echo "  TEXT DIFFERS"
         done
+        ;; esac
+    case ",$phases," in *,cli,*)
+        # What `run` reports against bench: greedy answers of several lengths from a short prompt
+        # (a fixed cost per answer, e.g. recording the decode graph, shows as the short ones' deficit).
+        local p=qwen3-4b-q8_0 n
+        echo "== run's decode rate by answer length ($p) against bench"
+        [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+        for n in 3 32 512 2048 512; do
+            $D run -m "/tmp/$p.gguf" --backend cuda --no-think -p "Tell me a story about a dragon." -n $n \
+                >/dev/null 2>"$out/cli-$n.log"
+            echo "-n $n: $(tail -n 1 "$out/cli-$n.log")"
+        done
+        $D bench -m "/tmp/$p.gguf" --backend cuda -p 16 -n 512 --reps 3 --bw 4600 2>&1 | grep -A1 -E "^decode" | tee "$out/cli-bench.log"
         ;; esac
     case ",$phases," in *,dflash,*)
         # A random DFlash drafter of Qwen3-4B-DFlash-b16's shapes (5 layers, bf16) beside the 4B

@@ -213,9 +213,10 @@ void parse_common(const Json& body, Request& r, const diskformer::GenerateOption
         range(r.gen.top_p, 0, 1, true, "top_p", "in (0, 1]");
     }
     if (const Json* v = field(body, "top_k")) {
+        // 0 or -1 (vLLM's spelling; llama.cpp's server takes any k <= 0) mean all tokens.
         const int64_t k = integer(*v, "top_k");
-        if (k < 0) bad("top_k must be 0 (all) or positive, got " + std::to_string(k), "top_k");
-        r.gen.top_k = static_cast<int>(std::min<int64_t>(k, std::numeric_limits<int>::max()));
+        if (k < -1) bad("top_k must be -1 or 0 (all) or positive, got " + std::to_string(k), "top_k");
+        r.gen.top_k = static_cast<int>(std::clamp<int64_t>(k, 0, std::numeric_limits<int>::max()));
     }
     if (const Json* v = field(body, "min_p")) {
         r.gen.min_p = static_cast<float>(number(*v, "min_p"));

@@ -680,6 +680,7 @@ TEST(Server, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content", "image_url"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature", "number"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p", "(0, 1]"},
+        {chat, R"({"messages": [{"role": "user", "content": "x"}], "top_k": -2})", "top_k", "-1 or 0 (all)"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", "at least 1"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "n": 17})", "n", "between 1 and 16"},
         {chat, R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", "n", "between 1 and 16"},
@@ -1077,6 +1078,10 @@ TEST(OpenAI, ParsesTheFieldsClientsSend) {
     EXPECT_FLOAT_EQ(r.gen.temperature, 0.5f);
     EXPECT_FLOAT_EQ(r.gen.top_p, 0.9f);
     EXPECT_EQ(r.gen.top_k, 7) << "left out: the server's default";
+    for (const int k : {-1, 0}) {  // vLLM's "all" and ours
+        const auto all = ds::parse_chat_request(Json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_k", k}}, defaults);
+        EXPECT_EQ(all.gen.top_k, 0) << k;
+    }
     EXPECT_EQ(r.gen.seed, static_cast<uint64_t>(-3));
     EXPECT_EQ(r.gen.stop, std::vector<std::string>{"END"});
     EXPECT_FLOAT_EQ(r.gen.frequency_penalty, 0.25f);
