@@ -6,6 +6,9 @@
 #include <memory>
 #include <utility>
 
+#include <cuda.h>
+#include <cuda_runtime.h>
+
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
@@ -13,6 +16,24 @@
 
 namespace df::test {
 namespace {
+
+// The backend asks CUDA to load every kernel with its module (backend_cuda.cpp), so no kernel
+// loads inside a decode step or a prompt: the driver's own mode says whether that took effect
+// (it is fixed when CUDA starts: before the backend's first call, or this process's first).
+TEST(CudaBackend, KernelsLoadWithTheirModules) {
+    DF_REQUIRE_CUDA();
+    gpu_backend();
+    const char* e = std::getenv("CUDA_MODULE_LOADING");
+    ASSERT_NE(e, nullptr) << "the backend did not ask for eager loading";
+    if (std::strcmp(e, "EAGER") != 0) GTEST_SKIP() << "CUDA_MODULE_LOADING=" << e << " set by the environment";
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &fn, 12000, cudaEnableDefault, &found), cudaSuccess);
+    ASSERT_TRUE(found == cudaDriverEntryPointSuccess && fn);
+    CUmoduleLoadingMode mode{};
+    ASSERT_EQ(reinterpret_cast<CUresult (*)(CUmoduleLoadingMode*)>(fn)(&mode), CUDA_SUCCESS);
+    EXPECT_EQ(mode, CU_MODULE_EAGER_LOADING);
+}
 
 // The process-wide decode carveout (kernels.h): a request never lowers it, a higher one raises
 // it, it stays a percentage, and launches carry it only while decode launches are on.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,6 +20,17 @@
 
 namespace df::cuda {
 namespace {
+
+// Kernels load with their modules when CUDA starts, not at their first launch (CUDA's default
+// since 12.2 is lazy): lazily, a process's first decode step loaded ~100 kernels inside the
+// answer (~115 ms on an H100: `run -n 512` reported 405 tok/s against bench's 450) and its first
+// prompt the GEMM kernels (first token 15 vs 8 ms). Eagerly: no measurable load time, +34 MiB of
+// device memory (4B layout, H100; bench/RESULTS.md session 42). A CUDA_MODULE_LOADING the user
+// set is kept; this must run before the process's first CUDA call (every entry point calls it).
+void load_kernels_eagerly() {
+    static std::once_flag once;
+    std::call_once(once, [] { setenv("CUDA_MODULE_LOADING", "EAGER", 0); });
+}
 
 constexpr size_t kStagingBytes = size_t{64} << 20;
 // Split attention partials: (head_dim + 2) floats per (token, head, split); 32 MB covers decode
@@ -67,6 +79,7 @@ void pack_row(quant::Type src_type, quant::Type held, const uint8_t* src, int64_
 }  // namespace
 
 CudaBackend::CudaBackend(int device) : device_(device) {
+    load_kernels_eagerly();
     DF_CUDA_CHECK(cudaSetDevice(device_));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
     DF_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm_, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_));
@@ -1157,6 +1170,7 @@ void CudaBackend::drop_capture(uint64_t key) {
 namespace df {
 
 bool cuda_device_available() {
+    cuda::load_kernels_eagerly();
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError();
@@ -1166,6 +1180,7 @@ bool cuda_device_available() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
+    cuda::load_kernels_eagerly();
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n) {
         cudaGetLastError();
