@@ -168,6 +168,7 @@ public:
     public:
         virtual std::span<const float> logits() = 0;
         virtual std::vector<std::pair<int32_t, float>> top(int k, std::span<const int32_t> extra) = 0;
+        virtual uint64_t mass(float lmax) = 0;  // row_mass() of this row
 
     protected:
         ~Row() = default;
@@ -183,6 +184,10 @@ public:
     // logits, then `extra` with theirs, in its order. k in 1..min(n_vocab, 1024), at most 1024
     // extra ids, each in the vocabulary; throws Error otherwise.
     std::vector<std::pair<int32_t, float>> top_logits(int k, std::span<const int32_t> extra = {}) const;
+    // A sampler's top-p normalizer at the last evaluated position without the row's copy: the sum
+    // over the vocabulary of exp(logit - lmax) in the fixed point of df::mass_term (backend/
+    // row_mass.h), the same integer a sum over the copied row gives.
+    uint64_t row_mass(float lmax) const;
     void reset();
 
     int n_ctx() const;

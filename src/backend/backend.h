@@ -266,6 +266,10 @@ public:
     static constexpr int kTopLogitsMax = 1024;
     virtual void top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids,
                             float* vals) = 0;
+    // The sum of mass_term(x[i], lmax) over i < n (row_mass.h: exp(x - lmax) in fixed point, so
+    // any order gives the same sum): top-p's normalizer without the row's copy. n >= 1.
+    // Synchronizes. Not while recording a graph.
+    virtual uint64_t row_mass(const float* x, int n, float lmax) = 0;
 
     // ---- graphs (decode) ----------------------------------------------------------------------
     // A forward step whose changing inputs all live in backend memory (Step::tokens/pos, caches,

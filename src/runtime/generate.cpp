@@ -212,9 +212,11 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
                 r.logprobs.push_back(std::move(pass_logprobs.front()));
                 pass_logprobs.pop_front();
             }
-        } else if (size_t n_top; id < 0 && !constrain && !want_logprobs && (n_top = sampler.top_plan(V, recent, top_extra)) > 0) {
-            // The likeliest tokens and the penalised / biased ones only (a GPU sends a few KB).
-            id = sampler.sample_top(session.top_logits(static_cast<int>(n_top), top_extra), n_top, recent);
+        } else if (size_t n_top; id < 0 && !constrain && !want_logprobs && (n_top = sampler.top_plan(V, recent, top_extra)) > 0 &&
+                   (id = sampler.sample_top(session.top_logits(static_cast<int>(n_top), top_extra), n_top, recent,
+                                            [&](float lmax) { return session.row_mass(lmax); })) >= 0) {
+            // Chosen from the likeliest tokens and the penalised / biased ones only (a GPU sends a
+            // few KB); -1 (a cut past them) leaves it to the whole row below.
         } else if (id < 0 || constrain) {
             std::vector<float> logits = session.logits();
             std::vector<float> raw;
@@ -310,7 +312,10 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
                     }
                     // As a step chooses: from the row's likeliest tokens where that is exact.
                     if (size_t n_top; !answer && !want_logprobs && (n_top = sampler.top_plan(V, seen, top_extra)) > 0)
-                        return sampler.sample_top(pass_row.top(static_cast<int>(n_top), top_extra), n_top, seen);
+                        if (const int32_t t = sampler.sample_top(pass_row.top(static_cast<int>(n_top), top_extra), n_top, seen,
+                                                                 [&](float lmax) { return pass_row.mass(lmax); });
+                            t >= 0)
+                            return t;
                     const std::span<const float> logits = pass_row.logits();
                     row.assign(logits.begin(), logits.end());
                     const int32_t t = answer ? sampler.sample(row, seen, allows, mask) : sampler.sample(row, seen);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/row_mass.h"
 
 namespace diskformer::sampling {
 namespace {
@@ -203,12 +204,13 @@ void Sampler::truncate(std::vector<Cand>& c) {
     };
     bool sorted_all = false;
     if (o_.top_p < 1) {
-        // Sort only as far as the mass reaches p: usually a few dozen of 150k tokens.
+        // Sort only as far as the mass reaches p: usually a few dozen of 150k tokens. The mass in
+        // df::mass_term's integers: a GPU can sum a row to the same normalizer (sample_top).
         const float lmax = max_logit();
-        double z = 0;
-        for (const auto& x : c) z += std::exp(static_cast<double>(x.logit - lmax));
-        const double want = o_.top_p * z;
-        double cum = 0;
+        uint64_t z = 0;
+        for (const auto& x : c) z += df::mass_term(x.logit, lmax);
+        const double want = o_.top_p * static_cast<double>(z);
+        uint64_t cum = 0;
         size_t sorted = 0, keep = c.size();
         bool reached = false;
         while (sorted < c.size() && !reached) {
@@ -222,8 +224,8 @@ void Sampler::truncate(std::vector<Cand>& c) {
                 std::partial_sort(c.begin() + sorted, c.begin() + upto, c.end(), Before{});
             }
             for (; sorted < upto; ++sorted) {
-                cum += std::exp(static_cast<double>(c[sorted].logit - lmax));
-                if (cum >= want) {
+                cum += df::mass_term(c[sorted].logit, lmax);
+                if (static_cast<double>(cum) >= want) {
                     keep = sorted + 1;
                     reached = true;
                     break;
@@ -277,9 +279,11 @@ size_t Sampler::top_plan(size_t n_vocab, std::span<const int32_t> recent, std::v
         return e && std::string(e) == "1";
     }();
     if (whole_row) return 0;
-    // pick()'s paths: greedy (the best one), or the top-k candidates when k < n_vocab / 4.
+    // pick()'s paths: greedy (the best one), or the top-k candidates when k < n_vocab / 4; with
+    // top-k off, the row's head when top-p or min-p may cut within it (sample_top says).
+    const bool head = head_mode();
     const size_t k = o_.temperature == 0 ? 1 : static_cast<size_t>(o_.top_k);
-    if (k == 0 || (o_.temperature > 0 && k >= n_vocab / 4)) return 0;
+    if (!head && (k == 0 || (o_.temperature > 0 && k >= n_vocab / 4))) return 0;
     for (const auto& [id, count] : window_counts(recent))
         if (id >= 0 && static_cast<size_t>(id) < n_vocab) extra.push_back(id);
     for (const auto& [id, bias] : o_.logit_bias) {
@@ -289,17 +293,20 @@ size_t Sampler::top_plan(size_t n_vocab, std::span<const int32_t> recent, std::v
     std::sort(extra.begin(), extra.end());
     extra.erase(std::unique(extra.begin(), extra.end()), extra.end());
     constexpr size_t kMax = df::Backend::kTopLogitsMax;  // Session::top_logits's bound
+    if (head) return extra.size() <= kMax ? std::min(n_vocab, kMax) : 0;
     const size_t n_top = k + extra.size();
     if (n_top > std::min(n_vocab, kMax)) return 0;
     return n_top;
 }
 
-int32_t Sampler::sample_top(std::span<const std::pair<int32_t, float>> cands, size_t n_top, std::span<const int32_t> recent) {
+int32_t Sampler::sample_top(std::span<const std::pair<int32_t, float>> cands, size_t n_top, std::span<const int32_t> recent,
+                            const std::function<uint64_t(float)>& mass) {
     if (n_top == 0 || n_top > cands.size()) throw Error("generate: no candidates to sample from");
     // The changed tokens (cands past n_top, sorted by id as top_plan left them): their logits
     // after the penalties and biases, by the same operations as sample().
     std::vector<Cand> changed;
     for (size_t i = n_top; i < cands.size(); ++i) changed.push_back({cands[i].second, cands[i].first});
+    const std::vector<Cand> raw = changed;
     auto find = [&](int32_t id) {
         const auto it = std::lower_bound(changed.begin(), changed.end(), id, [](const Cand& c, int32_t v) { return c.id < v; });
         return it != changed.end() && it->id == id ? it : changed.end();
@@ -312,6 +319,7 @@ int32_t Sampler::sample_top(std::span<const std::pair<int32_t, float>> cands, si
     for (size_t i = 0; i < n_top; ++i)
         if (find(cands[i].first) == changed.end()) cands_.push_back({cands[i].second, cands[i].first});
     cands_.insert(cands_.end(), changed.begin(), changed.end());
+    if (head_mode()) return sample_head({cands[n_top - 1].second, cands[n_top - 1].first}, raw, changed, mass);
     // The k best of them are the k best of the whole row: any other token has k unchanged ones
     // above it.
     const size_t k = std::min(cands_.size(), o_.temperature == 0 ? size_t{1} : static_cast<size_t>(o_.top_k));
@@ -337,8 +345,54 @@ int32_t Sampler::pick(const std::vector<float>& logits) {
     return draw();
 }
 
+int32_t Sampler::sample_head(const Cand& edge, std::span<const Cand> raw, std::span<const Cand> changed,
+                             const std::function<uint64_t(float)>& mass) {
+    // cands_: the row's likeliest but the changed tokens, and those with their new logits. Every
+    // other token comes after `edge` (the last of the likeliest, as it was) in before's order, so
+    // the candidates up to it, sorted, are the head of the whole row sorted: exact.
+    if (std::any_of(cands_.begin(), cands_.end(), [](const Cand& x) { return std::isnan(x.logit); }) || std::isnan(edge.logit))
+        return -1;
+    std::sort(cands_.begin(), cands_.end(), Before{});
+    size_t exact = 0;
+    while (exact < cands_.size() && !before(edge, cands_[exact])) ++exact;
+    if (exact == 0) return -1;
+    // truncate()'s cuts, made where they fall within the exact head (else the whole row decides).
+    const float lmax = cands_.front().logit;
+    bool cut = false;
+    size_t keep = exact;
+    if (o_.top_p < 1) {
+        if (!mass) return -1;
+        // The row's mass as the backend summed it, with the changed tokens' terms swapped for
+        // their new logits' (integers: the sum truncate() takes over the changed row).
+        uint64_t z = mass(lmax);
+        for (size_t i = 0; i < changed.size(); ++i) z = z - df::mass_term(raw[i].logit, lmax) + df::mass_term(changed[i].logit, lmax);
+        const double want = o_.top_p * static_cast<double>(z);
+        uint64_t cum = 0;
+        for (size_t i = 0; i < exact && !cut; ++i) {
+            cum += df::mass_term(cands_[i].logit, lmax);
+            if (static_cast<double>(cum) >= want) {
+                keep = i + 1;
+                cut = true;
+            }
+        }
+    }
+    cands_.resize(keep);
+    if (o_.min_p > 0) {
+        const float floor = cands_.front().logit + std::log(o_.min_p);
+        const auto below = std::find_if(cands_.begin() + 1, cands_.end(), [&](const Cand& x) { return x.logit < floor; });
+        cut = cut || below != cands_.end();
+        cands_.erase(below, cands_.end());
+    }
+    if (!cut) return -1;  // the survivors may reach past the head
+    return draw_kept();
+}
+
 int32_t Sampler::draw() {
     truncate(cands_);
+    return draw_kept();
+}
+
+int32_t Sampler::draw_kept() {
     // Temperature scales the survivors only (llama.cpp's order: truncate, then temperature).
     const float lmax = cands_.front().logit;
     std::vector<double>& w = weights_;

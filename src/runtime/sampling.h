@@ -49,14 +49,18 @@ public:
 
     // The same choice from the row's likeliest tokens instead of the whole row (Session::
     // top_logits, which a GPU answers without copying the row): top_plan returns how many of
-    // the likeliest are needed, 0 when sample() must see the whole row (top-k off or wide, a
-    // JSON rule, more than 1024 candidates), and sets `extra` to the tokens whose own logits are
-    // needed too (the penalised and the biased ones: only theirs change before the top-k, so
-    // the top-k lies within the n_top likeliest and them). sample_top(cands, n_top, recent),
-    // with cands = the n_top likeliest then `extra`'s, picks what sample() would pick from the
-    // whole row, and draws from the same generator.
+    // the likeliest are needed, 0 when sample() must see the whole row (top-k wide, or off
+    // without top-p and min-p, a JSON rule, more than 1024 candidates), and sets `extra` to the
+    // tokens whose own logits are needed too (the penalised and the biased ones: only theirs
+    // change before the top-k, so the top-k lies within the n_top likeliest and them).
+    // sample_top(cands, n_top, recent, mass), with cands = the n_top likeliest then `extra`'s,
+    // picks what sample() would pick from the whole row, and draws from the same generator.
+    // With top-k off it takes the row's 1024 likeliest, and mass(lmax) (Session::row_mass: the
+    // row's top-p normalizer) when top-p is on; it returns -1, drawing nothing, when the cut
+    // would fall past them (a flat distribution): then sample() must see the whole row.
     size_t top_plan(size_t n_vocab, std::span<const int32_t> recent, std::vector<int32_t>& extra) const;
-    int32_t sample_top(std::span<const std::pair<int32_t, float>> cands, size_t n_top, std::span<const int32_t> recent);
+    int32_t sample_top(std::span<const std::pair<int32_t, float>> cands, size_t n_top, std::span<const int32_t> recent,
+                       const std::function<uint64_t(float)>& mass = {});
 
 private:
     struct Cand {
@@ -82,6 +86,11 @@ private:
     void truncate(std::vector<Cand>& c);  // top-k, top-p, min-p; leaves c sorted by logit
     int32_t pick(const std::vector<float>& logits);  // greedy or sampled, after the penalties
     int32_t draw();  // from cands_ (sorted, the top-k or every token): truncation, temperature
+    int32_t draw_kept();  // from cands_ truncated: temperature, the draw
+    // Top-k off, top-p or min-p on: sample_top from the row's head (-1 when it cannot decide).
+    bool head_mode() const { return o_.temperature > 0 && o_.top_k == 0 && (o_.top_p < 1 || o_.min_p > 0); }
+    int32_t sample_head(const Cand& edge, std::span<const Cand> raw, std::span<const Cand> changed,
+                        const std::function<uint64_t(float)>& mass);
 
     GenerateOptions o_;
     bool plain_greedy_;

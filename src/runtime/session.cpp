@@ -450,6 +450,10 @@ public:
     std::vector<std::pair<int32_t, float>> top(int k, std::span<const int32_t> extra) override {
         return top_logits_of(I_, row_, k, extra);
     }
+    uint64_t mass(float lmax) override {
+        const int64_t V = I_.m->config().n_vocab;
+        return I_.be->row_mass(I_.st->logits + row_ * V, static_cast<int>(V), lmax);
+    }
 
 private:
     const Session::Impl& I_;
@@ -501,6 +505,14 @@ std::vector<std::pair<int32_t, float>> Session::top_logits(int k, std::span<cons
     if (!I.logits_valid) throw Error("no logits: evaluate a token first");
     Engine::Lock hold(*I.engine);
     return top_logits_of(I, I.last_row, k, extra);
+}
+
+uint64_t Session::row_mass(float lmax) const {
+    const auto& I = *impl_;
+    if (!I.logits_valid) throw Error("no logits: evaluate a token first");
+    const int64_t V = I.m->config().n_vocab;
+    Engine::Lock hold(*I.engine);
+    return I.be->row_mass(I.st->logits + I.last_row * V, static_cast<int>(V), lmax);
 }
 
 void Session::reset() {

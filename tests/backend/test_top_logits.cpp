@@ -1,6 +1,7 @@
 // Backend::top_logits on the CPU backend against a plain sort of the whole row: the order
 // (larger first, then the lower index; -0 as +0; NaN last), ties, the extra entries, and the
-// argument checks. (tests/cuda holds the GPU kernel to this backend's answers.)
+// argument checks; Backend::row_mass and its fixed-point exp. (tests/cuda holds the GPU kernels to
+// this backend's answers.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/row_mass.h"
 
 namespace df {
 namespace {
@@ -79,4 +81,38 @@ TEST(TopLogits, RejectsBadArguments) {
 }
 
 }  // namespace
+// The fixed-point exp: exp(x - lmax) * 2^40 to the polynomial's accuracy, 0 where it should be,
+// never decreasing in x, and a row's sum the sum of its terms.
+TEST(RowMass, TheFixedPointExpAndTheRowsSum) {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const double one = std::ldexp(1.0, kMassBits);
+    EXPECT_EQ(mass_term(3.5f, 3.5f), static_cast<uint64_t>(one));
+    EXPECT_EQ(mass_term(4.0f, 3.5f), static_cast<uint64_t>(one)) << "above the max: clamped to it";
+    EXPECT_EQ(mass_term(nan, 0.f), 0u);
+    EXPECT_EQ(mass_term(-inf, 0.f), 0u);
+    EXPECT_EQ(mass_term(-88.f, 0.f), 0u);
+    EXPECT_EQ(mass_term(0.f, nan), 0u);
+    uint64_t last = 0;
+    for (float d = -40.f; d <= 0.f; d += 1.f / 64) {
+        const uint64_t m = mass_term(d, 0.f);
+        ASSERT_GE(m, last) << d;
+        last = m;
+        const double want = std::exp(static_cast<double>(d)) * one;
+        ASSERT_LE(std::fabs(static_cast<double>(m) - want), 4e-7 * want + 1) << d;
+    }
+    auto be = make_cpu_backend(1);
+    std::mt19937 g(9);
+    std::normal_distribution<float> nd(0.f, 4.f);
+    for (int n : {1, 7, 151936}) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (auto& v : x) v = nd(g);
+        if (n > 7) x[3] = -inf, x[5] = nan;
+        const float lmax = *std::max_element(x.begin(), x.end(), [](float a, float b) { return a < b || std::isnan(a); });
+        uint64_t want = 0;
+        for (float v : x) want += mass_term(v, lmax);
+        EXPECT_EQ(be->row_mass(x.data(), n, lmax), want) << n;
+    }
+    EXPECT_THROW(be->row_mass(nullptr, 0, 0.f), std::invalid_argument);
+}
+
 }  // namespace df

@@ -610,6 +610,32 @@ TEST(CudaOps, SigmoidMulAddArgmax) {
     }
 }
 
+TEST(CudaOps, RowMassEqualsTheCpuBackends) {
+    // The row's mass in fixed point (row_mass.h) must be the CPU backend's integer exactly: the
+    // same IEEE operations per term, integer sums in any order. Awkward sizes and offsets, +-inf,
+    // NaN, -0, a max not in the row, values above it (clamped).
+    DF_REQUIRE_CUDA();
+    Backend& cpu = *cpu_backend();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    for (int n : {1, 31, 4097, 151936, 248317}) {
+        std::vector<float> x(static_cast<size_t>(n) + 2);
+        std::normal_distribution<float> nd(0.f, 6.f);
+        for (auto& v : x) v = nd(g);
+        for (int i = 0; i < n / 50; ++i) {
+            const size_t at = static_cast<size_t>(g()) % x.size();
+            x[at] = i % 4 == 0 ? -0.0f : i % 4 == 1 ? -inf : i % 4 == 2 ? nan : 1e30f;
+        }
+        Buf<float> xc(cpu, x), xg(gpu, x);
+        for (float lmax : {0.f, 12.5f, 40.f}) {
+            const int off = n % 3;
+            SCOPED_TRACE("n " + std::to_string(n) + " lmax " + std::to_string(lmax));
+            EXPECT_EQ(gpu.row_mass(xg.p() + off, n, lmax), cpu.row_mass(xc.p() + off, n, lmax));
+        }
+    }
+}
+
 TEST(CudaOps, TopLogitsEqualTheCpuBackends) {
     // Rows of awkward sizes and offsets: many ties, -0 beside +0, +-inf, NaN, all equal, all
     // -inf, a top of thousands of equal values; k from 1 to 1024 and up to n; extra entries.

@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "backend/row_mass.h"
 #include "common/golden.h"
 #include "diskformer/generate.h"
 #include "runtime/json_prefix.h"
@@ -334,12 +335,15 @@ TEST_P(Generate, TheLikeliestTokensDrawWhatTheWholeRowDraws) {
             EXPECT_EQ(top[i].second, row[order[i]]);
         }
         for (size_t i = 0; i < extra.size(); ++i) EXPECT_EQ(top[50 + i], std::make_pair(extra[i], row[extra[i]]));
+        uint64_t mass = 0;
+        for (float v : row) mass += df::mass_term(v, top[0].second);
+        EXPECT_EQ(s.row_mass(top[0].second), mass);
         EXPECT_THROW(s.top_logits(0), dfm::Error);
         EXPECT_THROW(s.top_logits(1025), dfm::Error);
         const int32_t past[] = {m->info().n_vocab};
         EXPECT_THROW(s.top_logits(5, past), dfm::Error);
     }
-    std::vector<GenerateOptions> cases(4, sampled(21, 40));
+    std::vector<GenerateOptions> cases(7, sampled(21, 40));
     cases[0].temperature = 0.8f;
     cases[0].top_k = 40;
     cases[1].temperature = 1.3f;
@@ -357,6 +361,21 @@ TEST_P(Generate, TheLikeliestTokensDrawWhatTheWholeRowDraws) {
     cases[3].penalty_window = 8;
     cases[3].frequency_penalty = 1.0f;
     cases[3].logit_bias = {{5, 9.0f}, {6, 9.0f}, {prompt[0], -100.0f}};
+    // Top-k off: the row's head and its mass (Session::row_mass), the whole row where they
+    // cannot decide.
+    for (int c = 4; c < 7; ++c) {
+        cases[c].temperature = 0.9f;
+        cases[c].top_k = 0;
+    }
+    cases[4].top_p = 0.9f;
+    cases[5].top_p = 1;
+    cases[5].min_p = 0.1f;
+    cases[5].repeat_penalty = 1.3f;
+    cases[6].top_p = 0.8f;
+    cases[6].min_p = 0.02f;
+    cases[6].presence_penalty = -1.0f;
+    cases[6].logit_bias = {{11, 3.0f}};
+    cases[6].seed = 23;
     for (size_t c = 0; c < cases.size(); ++c) {
         SCOPED_TRACE("case " + std::to_string(c));
         dfm::Session a(m, {.ctx = 256}), b(m, {.ctx = 256});
@@ -1040,6 +1059,9 @@ TEST_P(Generate, VerifyWithARowRuleGetsEachRowsTop) {
         for (size_t i = 0; i < 8; ++i) EXPECT_EQ(top[i], std::make_pair(order[i], want[order[i]])) << "row " << row << " rank " << i;
         EXPECT_EQ(top[8], std::make_pair(3, want[3]));
         EXPECT_EQ(top[9], std::make_pair(1, want[1]));
+        uint64_t mass = 0;
+        for (float v : want) mass += df::mass_term(v, top[0].second);
+        EXPECT_EQ(r.mass(top[0].second), mass) << "row " << row;
         if (row == 1) {
             EXPECT_EQ(0, std::memcmp(r.logits().data(), want.data(), want.size() * sizeof(float)));
         }

@@ -7,6 +7,8 @@
 
 #include "common/golden.h"
 #include "gguf/gguf.h"
+#include "backend/backend.h"
+#include "backend/row_mass.h"
 #include "runtime/sampling.h"
 #include "runtime/text_stream.h"
 
@@ -244,10 +246,69 @@ TEST(Sampler, TheTopCandidatesDrawWhatTheWholeRowDraws) {
     EXPECT_EQ(cases, 48);
 }
 
+TEST(Sampler, WithTopKOffTheHeadDrawsWhatTheWholeRowDraws) {
+    // Top-k off with top-p and / or min-p: sample_top from the row's 1024 likeliest and the row's
+    // mass (Session::row_mass) picks what sample() picks from the whole row, or returns -1
+    // without drawing when the cut falls past them; then sample() of the whole row keeps the
+    // two samplers' generators in step. Peaked rows (the head decides) and flat ones (it cannot),
+    // penalties that lower the best and raise the worst, biases.
+    uint64_t x = 11;
+    auto next = [&] { return (x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+    const size_t V = 30000;
+    int decided = 0, whole_rows = 0, cases = 0;
+    for (float temp : {0.6f, 1.2f})
+        for (const auto& [top_p, min_p] : {std::pair{0.9f, 0.0f}, std::pair{0.5f, 0.05f}, std::pair{1.0f, 0.1f}, std::pair{0.97f, 0.01f}})
+            for (int variant = 0; variant < 3; ++variant) {
+                GenerateOptions o = opts(temp, 0, top_p, min_p);
+                o.seed = 500 + cases;
+                if (variant >= 1) o.repeat_penalty = 1.4f;
+                if (variant == 2) {
+                    o.presence_penalty = -2.0f;
+                    o.logit_bias = {{0, 5.0f}, {17, -100.0f}};
+                }
+                SCOPED_TRACE("temp " + std::to_string(temp) + " top-p " + std::to_string(top_p) + " min-p " +
+                             std::to_string(min_p) + " variant " + std::to_string(variant));
+                Sampler whole(o), head(o);
+                std::vector<int32_t> recent;
+                for (int i = 0; i < 12; ++i) recent.push_back(static_cast<int32_t>(next() % V));
+                for (int d = 0; d < 16; ++d) {
+                    // Even draws: a few hundred likely tokens over a low floor; odd: nearly flat.
+                    std::vector<float> l(V);
+                    for (auto& v : l) v = static_cast<float>(static_cast<int>(next() % 400)) / 100.0f - (d % 2 ? 0.f : 12.f);
+                    for (int j = 0; j < (d % 2 ? 3 : 300); ++j) l[next() % V] = static_cast<float>(next() % 600) / 100.0f;
+                    std::vector<int32_t> extra;
+                    const size_t n_top = head.top_plan(V, recent, extra);
+                    ASSERT_EQ(n_top, size_t{df::Backend::kTopLogitsMax});
+                    auto mass = [&](float lmax) {
+                        uint64_t z = 0;
+                        for (float v : l) z += df::mass_term(v, lmax);
+                        return z;
+                    };
+                    int32_t got = head.sample_top(plain_top(l, n_top, extra), n_top, recent, mass);
+                    std::vector<float> row = l;
+                    if (got < 0) {
+                        ++whole_rows;
+                        got = head.sample(row, recent);
+                        row = l;
+                    } else {
+                        ++decided;
+                    }
+                    ASSERT_EQ(got, whole.sample(row, recent)) << "draw " << d;
+                    recent.push_back(got);
+                }
+                ++cases;
+            }
+    EXPECT_EQ(cases, 24);
+    EXPECT_GT(decided, 100) << "the head decided too rarely to test it";
+    EXPECT_GT(whole_rows, 20) << "the whole row was never needed: the fallback is untested";
+}
+
 TEST(Sampler, TopPlanAsksForTheWholeRowWhenItMust) {
     std::vector<int32_t> extra;
     const std::vector<int32_t> recent{3, 3, 9};
-    EXPECT_EQ(Sampler(opts(0.8f, 0)).top_plan(1000, recent, extra), 0u) << "top-k off";
+    EXPECT_EQ(Sampler(opts(0.8f, 0)).top_plan(1000, recent, extra), 0u) << "top-k, top-p and min-p off";
+    EXPECT_EQ(Sampler(opts(0.8f, 0, 0.9f)).top_plan(5000, recent, extra), 1024u) << "top-k off, top-p on: the head";
+    EXPECT_EQ(Sampler(opts(0.8f, 0, 1, 0.1f)).top_plan(700, recent, extra), 700u) << "min-p on: a small vocabulary whole";
     EXPECT_EQ(Sampler(opts(0.8f, 250)).top_plan(1000, recent, extra), 0u) << "a quarter of the vocabulary";
     EXPECT_EQ(Sampler(opts(0.8f, 40)).top_plan(1000, recent, extra), 40u);
     EXPECT_TRUE(extra.empty()) << "no penalties: the window is not needed";

@@ -8,10 +8,12 @@
 #include <functional>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/dot.h"
 #include "backend/cpu/gemm.h"
+#include "backend/row_mass.h"
 #include "backend/top_key.h"
 #include "quant/dequant.h"
 
@@ -226,6 +228,13 @@ void CpuBackend::top_logits(const float* x, int n, int k, const int32_t* extra, 
         ids[k + i] = extra[i];
         vals[k + i] = x[extra[i]];
     }
+}
+
+uint64_t CpuBackend::row_mass(const float* x, int n, float lmax) {
+    if (n < 1) throw std::invalid_argument("row_mass: n = " + std::to_string(n));
+    uint64_t sum = 0;
+    for (int i = 0; i < n; ++i) sum += mass_term(x[i], lmax);
+    return sum;
 }
 
 }  // namespace df::cpu

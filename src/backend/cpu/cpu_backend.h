@@ -62,6 +62,7 @@ public:
     void add(float* y, const float* x, int64_t n) override;
     void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) override;
     void top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids, float* vals) override;
+    uint64_t row_mass(const float* x, int n, float lmax) override;
 
 private:
     ThreadPool pool_;

@@ -1124,6 +1124,18 @@ void CudaBackend::top_logits(const float* x, int n, int k, const int32_t* extra,
     launch_top_logits(x, n, k, extra, n_extra, ids, vals, top_scratch_, stream_);
 }
 
+uint64_t CudaBackend::row_mass(const float* x, int n, float lmax) {
+    op_start();
+    DF_CUDA_REQUIRE(!capturing_, "row_mass while a graph is being recorded");
+    if (n < 1) throw std::invalid_argument("row_mass: n = " + std::to_string(n));
+    if (!mass_sum_) mass_sum_ = static_cast<uint64_t*>(alloc(sizeof(uint64_t), MemKind::scratch));
+    launch_row_mass(x, n, lmax, mass_sum_, sm_count_, stream_);
+    uint64_t sum = 0;
+    DF_CUDA_CHECK(cudaMemcpyAsync(&sum, mass_sum_, sizeof sum, cudaMemcpyDeviceToHost, stream_));
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return sum;
+}
+
 // ---- graphs --------------------------------------------------------------------------------
 
 bool CudaBackend::begin_capture(uint64_t key) {

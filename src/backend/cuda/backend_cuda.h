@@ -71,6 +71,7 @@ public:
     void add(float* y, const float* x, int64_t n) override;
     void argmax(const float* x, int T, int n, int32_t* out, const ArgmaxFeed* feed) override;
     void top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids, float* vals) override;
+    uint64_t row_mass(const float* x, int n, float lmax) override;
 
     int graph_variant(const Step& s) const override;
     bool begin_capture(uint64_t key) override;
@@ -215,6 +216,7 @@ private:
     unsigned long long* argmax_keys_ = nullptr;  // one per row of an argmax call
     void* top_scratch_ = nullptr;  // top_logits's histogram, count and candidates
     size_t top_scratch_bytes_ = 0;
+    uint64_t* mass_sum_ = nullptr;  // row_mass's sum
     void* staging_ = nullptr;           // pinned host buffer for weight uploads
     size_t staging_bytes_ = 0;
     bool split_gemm_ = true;

@@ -392,6 +392,8 @@ void launch_argmax(const float* x, int T, int n, int32_t* out, unsigned long lon
 size_t top_logits_scratch_bytes(int n);
 void launch_top_logits(const float* x, int n, int k, const int32_t* extra, int n_extra, int32_t* ids, float* vals,
                        void* scratch, cudaStream_t s);
+// *sum = Backend::row_mass(x, n, lmax) (sum: device memory).
+void launch_row_mass(const float* x, int n, float lmax, uint64_t* sum, int sm_count, cudaStream_t s);
 // gate[i] = silu(gate[i]) * up[i] for i < n.
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
 

@@ -17,6 +17,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/row_mass.h"
 #include "backend/top_key.h"
 
 namespace df::cuda {
@@ -231,6 +232,28 @@ void launch_top_logits(const float* x, int n, int k, const int32_t* extra, int n
     launch(top_gather_kernel, blocks, kScanThreads, 0, s, x, n, k, static_cast<const unsigned*>(hist), count, cand);
     launch(top_select_kernel, 1, kSelThreads, 0, s, x, k, extra, n_extra, hist, count,
            static_cast<const unsigned long long*>(cand), ids, vals);
+}
+
+// Backend::row_mass: integer terms, so the blocks' atomic adds give the same sum in any order.
+__global__ void __launch_bounds__(kScanThreads) row_mass_kernel(const float* x, int n, float lmax, unsigned long long* sum) {
+    pdl_begin();
+    unsigned long long own = 0;
+    for (int i = blockIdx.x * kScanThreads + threadIdx.x; i < n; i += gridDim.x * kScanThreads) own += mass_term(x[i], lmax);
+    for (int m = 16; m > 0; m >>= 1) own += __shfl_xor_sync(0xffffffffu, own, m);
+    __shared__ unsigned long long warps[kScanThreads / 32];
+    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = own;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long block = 0;
+        for (int w = 0; w < kScanThreads / 32; ++w) block += warps[w];
+        atomicAdd(sum, block);
+    }
+}
+
+void launch_row_mass(const float* x, int n, float lmax, uint64_t* sum, int sm_count, cudaStream_t s) {
+    DF_CUDA_CHECK(cudaMemsetAsync(sum, 0, sizeof(uint64_t), s));
+    const int blocks = std::max(1, std::min((n + kSliceKeys - 1) / kSliceKeys, 4 * sm_count));
+    launch(row_mass_kernel, dim3(blocks), dim3(kScanThreads), 0, s, x, n, lmax, reinterpret_cast<unsigned long long*>(sum));
 }
 
 }  // namespace df::cuda
