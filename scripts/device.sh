@@ -188,7 +188,8 @@ PY
         local p=qwen3-4b-q8_0 how w
         echo "== sampled decoding on CUDA ($p): device top-k vs the whole row"
         [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
-        for how in "--temp 0" "--temp 0.8" "--temp 0.8 --top-k 0 --top-p 0.9" "--temp 0.8 --repeat-penalty 1.1 --presence-penalty 0.3" \
+        for how in "--temp 0" "--temp 0.8" "--temp 0.8 --top-k 0 --top-p 0.9" "--temp 0.8 --top-k 0 --top-p 0.2 --min-p 0" \
+                   "--temp 0.8 --top-k 0 --min-p 0.3" "--temp 0.8 --repeat-penalty 1.1 --presence-penalty 0.3" \
                    "--temp 0 --repeat-penalty 1.2"; do
             for w in 0 1; do
                 DF_SAMPLE_WHOLE_ROW=$w $D run -m "/tmp/$p.gguf" --backend cuda --no-think -p "Tell me a story about a dragon." \
