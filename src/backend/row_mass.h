@@ -20,6 +20,22 @@ namespace df {
 // a logit more than ~27.7 below the max weighs 0 (under 2^-40 of it).
 inline constexpr int kMassBits = 40;
 
+// The operations, each correctly rounded on both sides (nvcc would otherwise fuse a multiply
+// and an add on its own).
+#ifdef __CUDA_ARCH__
+#define DF_MASS_SUB(a, b) __fsub_rn(a, b)
+#define DF_MASS_MUL(a, b) __fmul_rn(a, b)
+#define DF_MASS_FMA(a, b, c) __fmaf_rn(a, b, c)
+#define DF_MASS_RINT(a) rintf(a)
+#define DF_MASS_U64(d) __double2ull_rz(d)
+#else
+#define DF_MASS_SUB(a, b) ((a) - (b))
+#define DF_MASS_MUL(a, b) ((a) * (b))
+#define DF_MASS_FMA(a, b, c) std::fma(a, b, c)
+#define DF_MASS_RINT(a) std::rint(a)
+#define DF_MASS_U64(d) static_cast<uint64_t>(d)
+#endif
+
 // floor(exp(x - lmax) * 2^40) up to the polynomial's ~1e-7 relative error; 0 for NaN, -inf and
 // anything below lmax - 87. Expects x <= lmax (a larger x is clamped to lmax).
 DF_ROW_MASS_FN uint64_t mass_term(float x, float lmax) {
@@ -27,33 +43,24 @@ DF_ROW_MASS_FN uint64_t mass_term(float x, float lmax) {
     // its Taylor polynomial of degree 6. Constants as hex floats: no decimal rounding in either compiler.
     constexpr float kLog2e = 0x1.715476p+0f, kLn2Hi = 0x1.62e4p-1f, kLn2Lo = 0x1.7f7d1cp-20f;
     constexpr float kC6 = 0x1.6c16c2p-10f, kC5 = 0x1.111112p-7f, kC4 = 0x1.555556p-5f, kC3 = 0x1.555556p-3f;
-#ifdef __CUDA_ARCH__
-    float d = __fsub_rn(x, lmax);
+    float d = DF_MASS_SUB(x, lmax);
     if (!(d > -87.f)) return 0;
     if (d > 0.f) d = 0.f;
-    const float k = rintf(__fmul_rn(d, kLog2e));
-    const float r = __fmaf_rn(-k, kLn2Lo, __fmaf_rn(-k, kLn2Hi, d));
-    float p = __fmaf_rn(kC6, r, kC5);
-    p = __fmaf_rn(p, r, kC4);
-    p = __fmaf_rn(p, r, kC3);
-    p = __fmaf_rn(p, r, 0.5f);
-    p = __fmaf_rn(p, r, 1.f);
-    p = __fmaf_rn(p, r, 1.f);
-    return __double2ull_rz(ldexp(static_cast<double>(p), static_cast<int>(k) + kMassBits));
-#else
-    float d = x - lmax;
-    if (!(d > -87.f)) return 0;
-    if (d > 0.f) d = 0.f;
-    const float k = std::rint(d * kLog2e);
-    const float r = std::fma(-k, kLn2Lo, std::fma(-k, kLn2Hi, d));
-    float p = std::fma(kC6, r, kC5);
-    p = std::fma(p, r, kC4);
-    p = std::fma(p, r, kC3);
-    p = std::fma(p, r, 0.5f);
-    p = std::fma(p, r, 1.f);
-    p = std::fma(p, r, 1.f);
-    return static_cast<uint64_t>(std::ldexp(static_cast<double>(p), static_cast<int>(k) + kMassBits));
-#endif
+    const float k = DF_MASS_RINT(DF_MASS_MUL(d, kLog2e));
+    const float r = DF_MASS_FMA(-k, kLn2Lo, DF_MASS_FMA(-k, kLn2Hi, d));
+    float p = DF_MASS_FMA(kC6, r, kC5);
+    p = DF_MASS_FMA(p, r, kC4);
+    p = DF_MASS_FMA(p, r, kC3);
+    p = DF_MASS_FMA(p, r, 0.5f);
+    p = DF_MASS_FMA(p, r, 1.f);
+    p = DF_MASS_FMA(p, r, 1.f);
+    return DF_MASS_U64(ldexp(static_cast<double>(p), static_cast<int>(k) + kMassBits));  // exact: a power of 2
 }
+
+#undef DF_MASS_SUB
+#undef DF_MASS_MUL
+#undef DF_MASS_FMA
+#undef DF_MASS_RINT
+#undef DF_MASS_U64
 
 }  // namespace df
