@@ -134,6 +134,20 @@ for e in events:
     for c in e.get("choices", []):
         streamed[c["index"]] += c["delta"].get("content", "") or ""
 check(status == 200 and streamed == whole, "n = 2 streamed (at once, interleaved) adds up to the same two choices")
+# Top-k off (vLLM's -1) with top-p: two choices sampled at once from the device's head and row mass
+# (a pass's loops each ask for theirs), streamed or not: the same two answers.
+body = {"messages": [{"role": "user", "content": "A story?"}], "max_tokens": 48, "n": 2, "temperature": 0.9,
+        "top_k": -1, "top_p": 0.9, "min_p": 0, "seed": 12}
+status, text = request("/v1/chat/completions", body)
+whole = [c["message"].get("content", "") for c in json.loads(text)["choices"]] if status == 200 else []
+body["stream"] = True
+status2, text = request("/v1/chat/completions", body)
+streamed = ["", ""]
+for e in [json.loads(line[6:]) for line in text.split("\n\n") if line.startswith("data: {")]:
+    for c in e.get("choices", []):
+        streamed[c["index"]] += c["delta"].get("content", "") or ""
+check(status == 200 and status2 == 200 and len(whole) == 2 and streamed == whole,
+      "top_k -1, top_p 0.9, n = 2: the same two choices streamed or not")
 body = {"messages": [{"role": "user", "content": "An id?"}], "max_tokens": 64, "temperature": 1.0, "seed": 3,
         "chat_template_kwargs": {"enable_thinking": False},
         "response_format": {"type": "json_schema", "json_schema": {"name": "id", "schema": {"type": "object",
