@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #ifdef __CUDACC__
 #define DF_ROW_MASS_FN __host__ __device__ inline
@@ -62,5 +64,12 @@ DF_ROW_MASS_FN uint64_t mass_term(float x, float lmax) {
 #undef DF_MASS_FMA
 #undef DF_MASS_RINT
 #undef DF_MASS_U64
+
+#ifndef __CUDA_ARCH__
+// Backend::row_mass's argument contract, checked on the host before any work.
+inline void check_row_mass(int n) {
+    if (n < 1) throw std::invalid_argument("row_mass: n = " + std::to_string(n) + " (at least 1)");
+}
+#endif
 
 }  // namespace df

@@ -306,7 +306,8 @@ int32_t Sampler::sample_top(std::span<const std::pair<int32_t, float>> cands, si
     // after the penalties and biases, by the same operations as sample().
     std::vector<Cand> changed;
     for (size_t i = n_top; i < cands.size(); ++i) changed.push_back({cands[i].second, cands[i].first});
-    const std::vector<Cand> raw = changed;
+    std::vector<Cand> raw;  // their logits as they were (the head path swaps their mass terms)
+    if (head_mode()) raw = changed;
     auto find = [&](int32_t id) {
         const auto it = std::lower_bound(changed.begin(), changed.end(), id, [](const Cand& c, int32_t v) { return c.id < v; });
         return it != changed.end() && it->id == id ? it : changed.end();

@@ -377,6 +377,12 @@ std::vector<std::pair<int32_t, float>> top_logits_of(const Session::Impl& I, int
     return out;
 }
 
+// Session::row_mass of row `row` of the state's logits (the caller holds the backend).
+uint64_t row_mass_of(const Session::Impl& I, int64_t row, float lmax) {
+    const int64_t V = I.m->config().n_vocab;
+    return I.be->row_mass(I.st->logits + row * V, static_cast<int>(V), lmax);
+}
+
 // One verify pass: `token` and `draft` in one forward, the draft kept while pick(i), the choice
 // at row i, equals draft[i]. Returns the kept count and the choice at the row after the last
 // kept draft token. The cache then holds `token` and the kept tokens, with that row's logits.
@@ -450,10 +456,7 @@ public:
     std::vector<std::pair<int32_t, float>> top(int k, std::span<const int32_t> extra) override {
         return top_logits_of(I_, row_, k, extra);
     }
-    uint64_t mass(float lmax) override {
-        const int64_t V = I_.m->config().n_vocab;
-        return I_.be->row_mass(I_.st->logits + row_ * V, static_cast<int>(V), lmax);
-    }
+    uint64_t mass(float lmax) override { return row_mass_of(I_, row_, lmax); }
 
 private:
     const Session::Impl& I_;
@@ -510,9 +513,8 @@ std::vector<std::pair<int32_t, float>> Session::top_logits(int k, std::span<cons
 uint64_t Session::row_mass(float lmax) const {
     const auto& I = *impl_;
     if (!I.logits_valid) throw Error("no logits: evaluate a token first");
-    const int64_t V = I.m->config().n_vocab;
     Engine::Lock hold(*I.engine);
-    return I.be->row_mass(I.st->logits + I.last_row * V, static_cast<int>(V), lmax);
+    return row_mass_of(I, I.last_row, lmax);
 }
 
 void Session::reset() {

@@ -231,7 +231,7 @@ void CpuBackend::top_logits(const float* x, int n, int k, const int32_t* extra, 
 }
 
 uint64_t CpuBackend::row_mass(const float* x, int n, float lmax) {
-    if (n < 1) throw std::invalid_argument("row_mass: n = " + std::to_string(n));
+    check_row_mass(n);
     uint64_t sum = 0;
     for (int i = 0; i < n; ++i) sum += mass_term(x[i], lmax);
     return sum;

@@ -15,6 +15,7 @@
 #include "backend/cuda/layout.h"
 #include "backend/cuda/tables.h"
 #include "backend/cuda/trace.h"
+#include "backend/row_mass.h"
 #include "backend/top_key.h"
 #include "quant/dequant.h"
 
@@ -1127,7 +1128,7 @@ void CudaBackend::top_logits(const float* x, int n, int k, const int32_t* extra,
 uint64_t CudaBackend::row_mass(const float* x, int n, float lmax) {
     op_start();
     DF_CUDA_REQUIRE(!capturing_, "row_mass while a graph is being recorded");
-    if (n < 1) throw std::invalid_argument("row_mass: n = " + std::to_string(n));
+    check_row_mass(n);
     if (!mass_sum_) mass_sum_ = static_cast<uint64_t*>(alloc(sizeof(uint64_t), MemKind::scratch));
     launch_row_mass(x, n, lmax, mass_sum_, sm_count_, stream_);
     uint64_t sum = 0;
