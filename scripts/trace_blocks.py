@@ -9,6 +9,7 @@ Kernels that stamp their blocks' ends (trace_block_end: the imma matvecs) also g
 
 usage: trace_blocks.py TRACE [--top N]
 """
+import bisect
 import statistics
 import sys
 from collections import defaultdict
@@ -33,37 +34,62 @@ def main():
             if not used[j] and graph[j][0] == sig:
                 used[j], s0[j] = True, t
                 break
-    # Each block event goes to the launch of its signature whose block 0 started last before it
-    # (blocks of one launch may start before block 0 does: allow 50 us).
+    # Block 0's release (W0) of each launch: its first release stamp after its start.
+    w0s = [None] * K
+    rel = defaultdict(list)
+    for t, kind, sig in b0:
+        if kind == 1:
+            rel[sig].append(t)
+    for j in range(K):
+        if s0[j] is None:
+            continue
+        ts = rel.get(graph[j][0], [])
+        i = bisect.bisect_left(ts, s0[j])
+        if i < len(ts):
+            w0s[j] = ts[i]
+    # A block's release stamp goes to the launch of its shape released last before it (no block
+    # passes pdl_wait much before block 0 does: 2 us allowed), and its start stamp is the same
+    # block's last start before that release. Launches of one shape (o_proj and down share
+    # theirs) are told apart by their releases, not by when their blocks became resident: a
+    # launch's blocks may become resident while the previous launch of its shape still runs.
+    slack = 2_000
+    events = defaultdict(lambda: {0: [], 1: []})  # (sig, where) -> kind -> sorted [(t, sm)]
+    for t, kind, sig, where, sm in blocks:
+        if kind in (0, 1) and t >= first - 100_000:
+            events[(sig, where)][kind].append((t, sm))
+    for ev in events.values():
+        ev[0].sort()
+        ev[1].sort()
     per = defaultdict(lambda: {0: {}, 1: {}, KIND_END: {}})
     by_sig = defaultdict(list)
     for j in range(K):
-        if s0[j] is not None:
-            by_sig[graph[j][0]].append((s0[j], j))
+        if w0s[j] is not None:
+            by_sig[graph[j][0]].append((w0s[j], j))
     for v in by_sig.values():
         v.sort()
-    for t, kind, sig, where, sm in blocks:
-        if t < first - 50_000 or kind == KIND_END:
-            continue
-        cands = [j for s, j in by_sig.get(sig, []) if s - 50_000 <= t]
-        if not cands:
-            continue
-        j = cands[-1]
-        per[j][kind][where] = (t, sm)
+    for (sig, where), ev in events.items():
+        launches = by_sig.get(sig, [])
+        s_times, w_times = [t for t, _ in ev[0]], [t for t, _ in ev[1]]
+        for k, (w0, j) in enumerate(launches):
+            hi = launches[k + 1][0] - slack if k + 1 < len(launches) else float("inf")
+            i = bisect.bisect_left(w_times, w0 - slack)
+            if i == len(w_times) or w_times[i] >= hi:
+                continue
+            per[j][1][where] = ev[1][i]
+            i = bisect.bisect_right(s_times, w_times[i]) - 1
+            if i >= 0:
+                per[j][0][where] = ev[0][i]
     ends = block_ends(b0, blocks)
     for j in range(K):
-        w = per[j][1].get((0, 0, 0))
-        if w is not None:
-            per[j][KIND_END] = {where: (t, sm) for t, where, sm in ends.get((graph[j][0], w[0]), [])}
+        if w0s[j] is not None:
+            per[j][KIND_END] = {where: (t, sm) for t, where, sm in ends.get((graph[j][0], w0s[j]), [])}
     print(f"{'#':>4} {'kernel':<26} {'blocks':>6} {'SMs':>4} {'max/SM':>6} {'S-W0 min/med/max us':>22} "
           f"{'late':>5} {'W-W0 med/max us':>16}")
     rows = []
     for j in range(K):
         if s0[j] is None or not per[j][1]:
             continue
-        w0 = per[j][1].get((0, 0, 0), (None,))[0]
-        if w0 is None:
-            continue
+        w0 = w0s[j]
         ss = [t - w0 for t, _ in per[j][0].values()]
         ws = [t - w0 for t, _ in per[j][1].values()]
         sms = defaultdict(int)
