@@ -34,19 +34,21 @@ def main():
             if not used[j] and graph[j][0] == sig:
                 used[j], s0[j] = True, t
                 break
-    # Block 0's release (W0) of each launch: its first release stamp after its start.
+    # Block 0's release (W0) of each launch: the first release stamp of its shape after its start
+    # that no earlier launch took (as trace_step.py pairs them).
     w0s = [None] * K
     rel = defaultdict(list)
     for t, kind, sig in b0:
         if kind == 1:
             rel[sig].append(t)
-    for j in range(K):
-        if s0[j] is None:
-            continue
-        ts = rel.get(graph[j][0], [])
-        i = bisect.bisect_left(ts, s0[j])
+    taken = defaultdict(int)  # per shape: releases before this index are taken
+    for j in sorted((j for j in range(K) if s0[j] is not None), key=lambda j: s0[j]):
+        sig = graph[j][0]
+        ts = rel.get(sig, [])
+        i = max(bisect.bisect_left(ts, s0[j]), taken[sig])
         if i < len(ts):
             w0s[j] = ts[i]
+            taken[sig] = i + 1
     # A block's release stamp goes to the launch of its shape released last before it (no block
     # passes pdl_wait much before block 0 does: 2 us allowed), and its start stamp is the same
     # block's last start before that release. Launches of one shape (o_proj and down share
