@@ -243,10 +243,16 @@ void Sampler::truncate(std::vector<Cand>& c) {
         c.erase(std::remove_if(c.begin(), c.end(), [&](const Cand& x) { return x.logit < floor; }), c.end());
     }
     if (!sorted_all) sort(c, 0);
-    if (o_.min_p > 0) {
-        const float floor = c.front().logit + std::log(o_.min_p);
-        c.erase(std::find_if(c.begin() + 1, c.end(), [&](const Cand& x) { return x.logit < floor; }), c.end());
-    }
+    cut_min_p(c);
+}
+
+bool Sampler::cut_min_p(std::vector<Cand>& c) const {
+    if (o_.min_p <= 0) return false;
+    const float floor = c.front().logit + std::log(o_.min_p);
+    const auto below = std::find_if(c.begin() + 1, c.end(), [&](const Cand& x) { return x.logit < floor; });
+    const bool cut = below != c.end();
+    c.erase(below, c.end());
+    return cut;
 }
 
 int32_t Sampler::sample(std::vector<float>& logits, std::span<const int32_t> recent,
@@ -378,12 +384,7 @@ int32_t Sampler::sample_head(const Cand& edge, std::span<const Cand> raw, std::s
         }
     }
     cands_.resize(keep);
-    if (o_.min_p > 0) {
-        const float floor = cands_.front().logit + std::log(o_.min_p);
-        const auto below = std::find_if(cands_.begin() + 1, cands_.end(), [&](const Cand& x) { return x.logit < floor; });
-        cut = cut || below != cands_.end();
-        cands_.erase(below, cands_.end());
-    }
+    if (cut_min_p(cands_)) cut = true;
     if (!cut) return -1;  // the survivors may reach past the head
     return draw_kept();
 }

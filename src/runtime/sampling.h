@@ -87,6 +87,8 @@ private:
     int32_t pick(const std::vector<float>& logits);  // greedy or sampled, after the penalties
     int32_t draw();  // from cands_ (sorted, the top-k or every token): truncation, temperature
     int32_t draw_kept();  // from cands_ truncated: temperature, the draw
+    // min-p's cut of candidates sorted by before (the likeliest always stays): whether it dropped any.
+    bool cut_min_p(std::vector<Cand>& c) const;
     // Top-k off, top-p or min-p on: sample_top from the row's head (-1 when it cannot decide).
     bool head_mode() const { return o_.temperature > 0 && o_.top_k == 0 && (o_.top_p < 1 || o_.min_p > 0); }
     int32_t sample_head(const Cand& edge, std::span<const Cand> raw, std::span<const Cand> changed,
