@@ -188,7 +188,8 @@ public:
     // The per-sequence part of an attention block over the rows of a batched forward: for each
     // lane, what a lone forward issues (head_norm_rope of its q rows with q_norm and of its k rows
     // with k_norm, kv_store of its k and v rows, attention of its q rows into its out rows), with
-    // those calls' bits (a backend may run all lanes as one launch per op). q [rows, a.q_row]
+    // those calls' bits in out and the caches (a backend may run all lanes as one launch per op,
+    // or fold the norms into the attention and leave q and k as they were). q [rows, a.q_row]
     // (heads at a.q_stride), k and v [rows, kv_heads * head_dim], out [rows, heads * head_dim].
     virtual void attention_lanes(std::span<const AttnLane> lanes, float* q, float* k, const float* v,
                                  const float* q_norm, const float* k_norm, float eps, const RopeShape& rope,

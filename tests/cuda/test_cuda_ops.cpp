@@ -315,6 +315,15 @@ public:
 private:
     int saved_;
 };
+// The one-token attention with its prep folded in (kernels.h: attn_prep_fused).
+class ScopedPrepFused {
+public:
+    explicit ScopedPrepFused(bool on) : saved_(cuda::attn_prep_fused()) { cuda::set_attn_prep_fused(on); }
+    ~ScopedPrepFused() { cuda::set_attn_prep_fused(saved_); }
+
+private:
+    bool saved_;
+};
 std::string mode_name(AttnMode m) {
     return m.cluster ? "cluster " + std::to_string(m.cluster) + " keys " + std::to_string(m.keys) : "split + combine";
 }
@@ -543,6 +552,73 @@ TEST(CudaBatchInvariance, AttentionLanesEqualLoneCalls) {
             const auto one = o1.get(), all = part(oall, heads * D);
             EXPECT_EQ(0, std::memcmp(one.data(), all.data(), one.size() * 4)) << "outputs";
         }
+    }
+}
+
+// A one-token step's attention_lanes, with the q/k norm, RoPE and KV store folded into the
+// attention launch (kernels.h: launch_attention_prepped, turned on here), against the separate ops: the same
+// output and cache bits. The folded form leaves q and k as they were: that says it ran.
+TEST(CudaBatchInvariance, AttentionWithItsPrepFoldedEqualsTheSeparateOps) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto g = test_rng();
+    struct Case { int heads, kv_heads, head_dim, n_rot, pos; KvType kt; bool gated; AttnMode mode; };
+    const AttnMode def{16, 128};
+    for (const Case c : {Case{32, 8, 128, 128, 511, KvType::f16, false, def},  // the 4B's shape
+                         Case{24, 4, 256, 64, 300, KvType::f16, true, def},    // the 27B's: groups of 6
+                         Case{8, 2, 128, 64, 0, KvType::f32, true, def},       // the first token
+                         Case{4, 1, 256, 64, 1999, KvType::f32, true, def},
+                         Case{2, 2, 128, 128, 2047, KvType::f16, false, def},  // a cluster's reach; groups of 1
+                         Case{16, 2, 128, 96, 40, KvType::f16, false, AttnMode{4, 16}},  // 9 heads' prep, 8 warps
+                         Case{8, 4, 256, 256, 77, KvType::f32, false, AttnMode{2, 64}},
+                         Case{32, 8, 128, 128, 2048, KvType::f16, false, def},  // beyond it: the separate ops
+                         Case{12, 4, 96, 96, 10, KvType::f16, false, def}}) {   // head dim 96: the separate ops
+        const int D = c.head_dim, kv_dim = c.kv_heads * D, ctx = c.pos + 1;
+        SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " dim " + std::to_string(D) +
+                     " pos " + std::to_string(c.pos) + " " + mode_name(c.mode) + (c.kt == KvType::f16 ? " f16" : " f32"));
+        ScopedAttnMode scoped(c.mode);
+        ScopedPrepFused fused(true);
+        const bool folds = c.pos + 1 <= c.mode.cluster * c.mode.keys && (D == 128 || D == 256);
+        const int q_stride = c.gated ? 2 * D : D, q_row = c.heads * q_stride;
+        const size_t elem = c.kt == KvType::f16 ? 2 : 4;
+        const auto q = randn(g, q_row, 2.f), k = randn(g, kv_dim, 2.f), v = randn(g, kv_dim), qw = randn(g, D), kw = randn(g, D);
+        Buf<float> qa(gpu, q), ka(gpu, k), va(gpu, v), q1(gpu, q), k1(gpu, k), v1(gpu, v), qwb(gpu, qw), kwb(gpu, kw);
+        Buf<float> oa(gpu, static_cast<size_t>(c.heads) * D), o1(gpu, static_cast<size_t>(c.heads) * D);
+        oa.poison();
+        o1.poison();
+        Buf<int32_t> pa(gpu, std::vector<int32_t>{c.pos});
+        std::vector<std::unique_ptr<Buf<uint8_t>>> caches;  // k, v folded; k, v separate
+        for (int i = 0; i < 4; ++i) caches.push_back(std::make_unique<Buf<uint8_t>>(gpu, elem * ctx * kv_dim, MemKind::kv));
+        Step s;
+        s.T = 1;
+        s.pos = pa.p();
+        s.pos0_hint = c.pos;
+        s.max_ctx = ctx;
+        if (c.pos > 0) {  // earlier rows, the same in both copies
+            const auto ek = randn(g, static_cast<size_t>(c.pos) * kv_dim), ev = randn(g, static_cast<size_t>(c.pos) * kv_dim);
+            std::vector<int32_t> ep(c.pos);
+            for (int r = 0; r < c.pos; ++r) ep[r] = r;
+            Buf<float> kb(gpu, ek), vb(gpu, ev);
+            Buf<int32_t> pb(gpu, ep);
+            Step e;
+            e.T = c.pos;
+            e.pos = pb.p();
+            for (int i = 0; i < 4; i += 2) gpu.kv_store(kb.p(), vb.p(), caches[i]->p(), caches[i + 1]->p(), c.kt, kv_dim, e);
+        }
+        const RopeShape rope{c.n_rot, 1e6f};
+        const AttnShape a{c.heads, c.kv_heads, D, q_stride, q_row, 1.0f / std::sqrt(static_cast<float>(D))};
+        const AttnLane ln{caches[0]->p(), caches[1]->p(), s, 0};
+        gpu.attention_lanes({&ln, 1}, qa.p(), ka.p(), va.p(), qwb.p(), kwb.p(), 1e-6f, rope, c.kt, a, oa.p());
+        gpu.head_norm_rope(q1.p(), c.heads, D, q_stride, q_row, qwb.p(), 1e-6f, rope, s);
+        gpu.head_norm_rope(k1.p(), c.kv_heads, D, D, kv_dim, kwb.p(), 1e-6f, rope, s);
+        gpu.kv_store(k1.p(), v1.p(), caches[2]->p(), caches[3]->p(), c.kt, kv_dim, s);
+        gpu.attention(q1.p(), caches[2]->p(), caches[3]->p(), c.kt, a, s, o1.p());
+        EXPECT_TRUE(caches[0]->get() == caches[2]->get()) << "k cache";
+        EXPECT_TRUE(caches[1]->get() == caches[3]->get()) << "v cache";
+        const auto one = o1.get(), folded = oa.get();
+        EXPECT_EQ(0, std::memcmp(one.data(), folded.data(), one.size() * 4)) << "outputs";
+        EXPECT_EQ(folds, qa.get() == q) << "q left as it was (the folded form ran)";
+        EXPECT_EQ(folds, ka.get() == k) << "k left as it was";
     }
 }
 

@@ -14,12 +14,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/norm_sum.cuh"
 
 namespace df::cuda {
 namespace {
@@ -282,14 +284,26 @@ DF_DEV void attend_keys_ring(const AttnArgs& a, const void* k_cache, const void*
 // heads group .. G - 1 repeat the last one and are not written, so the per-key loop over the
 // heads has no branch and their independent reductions interleave (with a break at `group` they
 // ran one after another). Lane owns dims lane * DPL .. lane * DPL + DPL - 1 of acc.
-template <int DPL, bool kHalf, int G, int W>
+// The warp's first keys below `settled` (rows no kernel of this forward writes: cache_settled)
+// are requested before wait() (the caller's pdl_wait), so their latency overlaps the kernels
+// before; q and the other rows after it. fresh: null, or the row at `settled` (the token's own
+// K row, then its V row, in the cache's format) in shared memory, which the cache may not hold yet.
+template <int DPL, bool kHalf, int G, int W, class Wait>
 DF_DEV void attend_keys(const AttnArgs& a, const void* k_cache, const void* v_cache, const float* q, int q_stride,
-                        int group, int kvh, int k_begin, int k_end, int warp, int lane, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
-    constexpr int D = 32 * DPL;
-    float qv[G][DPL];
-    attend_init<DPL, G>(q, q_stride, group, lane, 1.f, qv, m, l, acc);
+                        int group, int kvh, int k_begin, int k_end, int settled, const uint8_t* fresh, int warp, int lane,
+                        Wait&& wait, float (&m)[G], float (&l)[G], float (&acc)[G][DPL]) {
+    constexpr int D = 32 * DPL, E = kHalf ? 2 : 4;
     const int64_t kv_row = static_cast<int64_t>(a.kv_heads) * D;
     const int64_t col = static_cast<int64_t>(kvh) * D + lane * DPL;
+    auto fetch = [&](int key, RawRow<DPL, kHalf>& kr, RawRow<DPL, kHalf>& vr) {
+        if (fresh && key == settled) {
+            read_raw<DPL, kHalf>(fresh + lane * DPL * E, kr);
+            read_raw<DPL, kHalf>(fresh + D * E + lane * DPL * E, vr);
+        } else {
+            load_raw<DPL, kHalf>(k_cache, key * kv_row + col, kr);
+            load_raw<DPL, kHalf>(v_cache, key * kv_row + col, vr);
+        }
+    };
     // Slot j % kAhead holds the rows of the warp's key j, refilled with key j + kAhead's as soon
     // as it is consumed.
     constexpr int kAhead = DPL <= 4 ? DF_ATTN_AHEAD_SMALL : DF_ATTN_AHEAD_LARGE;
@@ -297,11 +311,16 @@ DF_DEV void attend_keys(const AttnArgs& a, const void* k_cache, const void* v_ca
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
         const int key = k_begin + warp + W * j;
-        if (key < k_end) {
-            load_raw<DPL, kHalf>(k_cache, key * kv_row + col, kraw[j]);
-            load_raw<DPL, kHalf>(v_cache, key * kv_row + col, vraw[j]);
-        }
+        if (key < k_end && key < settled) fetch(key, kraw[j], vraw[j]);
     }
+    wait();
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+        const int key = k_begin + warp + W * j;
+        if (key < k_end && key >= settled) fetch(key, kraw[j], vraw[j]);
+    }
+    float qv[G][DPL];
+    attend_init<DPL, G>(q, q_stride, group, lane, 1.f, qv, m, l, acc);
     for (int base = k_begin + warp; base < k_end; base += kAhead * W) {
 #pragma unroll
         for (int j = 0; j < kAhead; ++j) {
@@ -311,10 +330,7 @@ DF_DEV void attend_keys(const AttnArgs& a, const void* k_cache, const void* v_ca
             unpack_row(kraw[j], kr);
             unpack_row(vraw[j], vr);
             const int next = key + kAhead * W;
-            if (next < k_end) {
-                load_raw<DPL, kHalf>(k_cache, next * kv_row + col, kraw[j]);
-                load_raw<DPL, kHalf>(v_cache, next * kv_row + col, vraw[j]);
-            }
+            if (next < k_end) fetch(next, kraw[j], vraw[j]);
 #pragma unroll
             for (int i = 0; i < G; ++i) {
                 float p = 0.f;
@@ -395,6 +411,18 @@ struct PerRowCaches {
     DF_DEV const void* v(int t) const { return param_pick(rc.v, t); }
 };
 
+// The rows of token t's cache that no kernel of this forward writes: those below the least
+// position among the forward's tokens sharing that cache (each token's prep stores its own row;
+// the forward's first kernel starts only after every earlier forward completed: launch.cuh).
+template <class Caches>
+DF_DEV int cache_settled(const AttnArgs& a, const Caches& caches, int t) {
+    int settled = a.pos[t];
+    const void* const k = caches.k(t);
+    for (int u = 0; u < a.T; ++u)
+        if (caches.k(u) == k) settled = min(settled, a.pos[u]);
+    return settled;
+}
+
 template <int DPL, bool kHalf, int G, class Caches>
 DF_DEV void attn_split_block(const AttnArgs& a, int group, int nsplit, const Caches& caches) {
     pdl_trigger();  // the split before pdl_wait: no kernel of this forward writes positions (launch.cuh)
@@ -460,9 +488,104 @@ constexpr size_t attn_cluster_smem_bytes() {
     return sizeof(float) * (3 * W * G + W * G * 32 * DPL + 2 * G + G * 32 * DPL + kClusterMax * G + G);
 }
 
-template <int DPL, bool kHalf, int G, int W, class Caches>
-DF_DEV void attn_cluster_block(const AttnArgs& a, int group, const Caches& caches) {
+// The folded prep's shared memory (attn_cluster_prep_kernel): the angles' cosines and sines (128
+// each), the block's query heads [G][D], a head's scratch per warp [W][D], the new K and V rows in
+// the cache's format (at most 4 bytes a value). It lies over the warps' outputs (sm_acc), which
+// are written only once every warp is done with its keys, so the kernel's shared memory grows
+// only where the region is larger than those.
+template <int DPL, int G, int W>
+constexpr size_t attn_prep_smem_at() { return (sizeof(float) * 3 * W * G + 15) / 16 * 16; }
+template <int DPL, int G, int W>
+constexpr size_t attn_prep_smem_bytes() { return sizeof(float) * (256 + (G + W + 2) * 32 * DPL); }
+template <int DPL, int G, int W>
+constexpr size_t attn_cluster_prep_smem_bytes() {
+    return std::max(attn_cluster_smem_bytes<DPL, G, W>(), attn_prep_smem_at<DPL, G, W>() + attn_prep_smem_bytes<DPL, G, W>());
+}
+
+// One head's RMSNorm (weights norm_w; null: none) and NeoX rotation of its first n_rot dims by
+// one warp, in attn_prep_kernel's order (norm.cu; attention_prep.cu's warp form keeps it too):
+// the sum of squares in double, lane l adding element 32 w + l (+ 128, ...) of group w, each
+// group by warp_sum, the groups in order; the same roundings. put(i, value) for each dim i;
+// buf: the warp's D floats of shared memory.
+template <class Put>
+DF_DEV void head_norm_rope_warp(const float* src, const float* norm_w, int D, int n_rot, float eps, const float* rc,
+                                const float* rs, float* buf, int lane, Put&& put) {
+    __syncwarp();  // the warp's previous head is done with buf
+    for (int i = lane; i < D; i += 32) buf[i] = src[i];
+    __syncwarp();
+    if (norm_w) {
+        double tot = 0;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            double sw = 0;
+            for (int i = 32 * w + lane; i < D; i += 128) sw += static_cast<double>(__fmul_rn(buf[i], buf[i]));
+            tot = w == 0 ? warp_sum(sw) : tot + warp_sum(sw);
+        }
+        const float scale = rms_scale(tot, D, eps);
+        for (int i = lane; i < D; i += 32) buf[i] = __fmul_rn(__fmul_rn(buf[i], scale), norm_w[i]);
+        __syncwarp();
+    }
+    const int half = n_rot / 2;
+    for (int i = lane; i < D; i += 32) {
+        if (i < half) {
+            const float c = rc[i], sn = rs[i], x0 = buf[i], x1 = buf[i + half];
+            put(i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)));
+            put(i + half, __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c)));
+        } else if (i >= n_rot) {
+            put(i, buf[i]);
+        }
+    }
+}
+
+// The block's share of the folded prep, after pdl_wait: warp w takes jobs w, w + W, ... of the
+// group's query heads (normed and rotated into qs [group][D]) and the KV head (k normed and
+// rotated, v as it is, both in the cache's format into `fresh`; with `store` also into the cache
+// at the token's position, as attn_prep_kernel stores them).
+template <int DPL, bool kHalf, int W>
+DF_DEV void prep_heads(const AttnArgs& a, const HeadPrep& p, int group, int h0, int kvh, bool store, int t, int warp,
+                       int lane, const float* rc, const float* rs, float* qs, float* bufs, uint8_t* fresh) {
+    constexpr int D = 32 * DPL;
+    using Elem = std::conditional_t<kHalf, __half, float>;
+    auto conv = [](float x) -> Elem {
+        if constexpr (kHalf) return __float2half_rn(x);
+        else return x;
+    };
+    float* const buf = bufs + warp * D;
+    for (int j = warp; j <= group; j += W) {
+        if (j < group) {
+            const float* src = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0 + j) * a.q_stride;
+            head_norm_rope_warp(src, p.q_norm, D, p.n_rot, p.eps, rc, rs, buf, lane, [&](int i, float x) { qs[j * D + i] = x; });
+            continue;
+        }
+        const int64_t row = static_cast<int64_t>(a.kv_heads) * D, head = static_cast<int64_t>(kvh) * D;
+        const int64_t at = static_cast<int64_t>(a.pos[t]) * row + head;
+        Elem* const fk = reinterpret_cast<Elem*>(fresh);
+        Elem* const fv = fk + D;
+        Elem* const ck = static_cast<Elem*>(p.k_cache) + at;
+        Elem* const cv = static_cast<Elem*>(p.v_cache) + at;
+        const float* const vs = p.v + t * row + head;
+        for (int i = lane; i < D; i += 32) {
+            const Elem e = conv(vs[i]);
+            fv[i] = e;
+            if (store) cv[i] = e;
+        }
+        head_norm_rope_warp(p.k + t * row + head, p.k_norm, D, p.n_rot, p.eps, rc, rs, buf, lane, [&](int i, float x) {
+            const Elem e = conv(x);
+            fk[i] = e;
+            if (store) ck[i] = e;
+        });
+    }
+}
+
+// No folded prep (the plain cluster kernels).
+struct NoPrep {};
+
+// Prep: NoPrep, or (attn_cluster_prep_kernel, one token) the q/k norm, RoPE and KV store that
+// attn_prep_kernel would have run before: the raw q heads at a.q, the new row from shared memory.
+template <int DPL, bool kHalf, int G, int W, class Caches, class Prep = NoPrep>
+DF_DEV void attn_cluster_block(const AttnArgs& a, int group, const Caches& caches, const Prep& prep = {}) {
     pdl_trigger();  // the split before pdl_wait: no kernel of this forward writes positions (launch.cuh)
+    constexpr bool kPrep = std::is_same_v<Prep, HeadPrep>;
     constexpr int D = 32 * DPL;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = static_cast<int>(cluster.num_blocks());
@@ -477,14 +600,39 @@ DF_DEV void attn_cluster_block(const AttnArgs& a, int group, const Caches& cache
     if (a.skip_above > 0 && n_kv > a.skip_above) return;
     const int per = cluster_key_split(n_kv, C).per;
     const int k_begin = min(split * per, n_kv), k_end = min(n_kv, k_begin + per);
-    pdl_wait();
-
-    float m[G], l[G], acc[G][DPL];
-    const float* q = a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
-    attend_keys<DPL, kHalf, G, W>(a, caches.k(t), caches.v(t), q, a.q_stride, group, kvh, k_begin, k_end, warp, lane, m, l, acc);
-    trace_phase(1);  // its keys done
 
     extern __shared__ float smem[];
+    float* const rc = smem + attn_prep_smem_at<DPL, G, W>() / sizeof(float);  // kPrep's region
+    float* const rs = rc + 128;
+    float* const qs = rs + 128;
+    float* const bufs = qs + G * D;
+    uint8_t* const fresh = reinterpret_cast<uint8_t*>(bufs + W * D);
+    if constexpr (kPrep) {
+        for (int i = threadIdx.x; i < prep.n_rot / 2; i += blockDim.x) {
+            // ggml's rope cache, as attn_prep_kernel: theta_i by i repeated f32 multiplications.
+            float theta = static_cast<float>(a.pos[t]);
+            for (int k = 0; k < i; ++k) theta *= prep.theta_scale;
+            rc[i] = cosf(theta);
+            rs[i] = sinf(theta);
+        }
+    }
+    auto wait = [&] {
+        pdl_wait();
+        if constexpr (kPrep) {
+            __syncthreads();  // the angles are in place
+            prep_heads<DPL, kHalf, W>(a, prep, group, h0, kvh, split == 0, t, warp, lane, rc, rs, qs, bufs, fresh);
+            __syncthreads();  // the block's queries and the new row are in place
+            trace_phase(7);
+        }
+    };
+
+    float m[G], l[G], acc[G][DPL];
+    const float* q = kPrep ? qs : a.q + static_cast<int64_t>(t) * a.q_row + static_cast<int64_t>(h0) * a.q_stride;
+    attend_keys<DPL, kHalf, G, W>(a, caches.k(t), caches.v(t), q, kPrep ? D : a.q_stride, group, kvh, k_begin, k_end,
+                                  cache_settled(a, caches, t), kPrep ? fresh : nullptr, warp, lane, wait, m, l, acc);
+    trace_phase(1);  // its keys done
+    if constexpr (kPrep) __syncthreads();  // every warp is done with the prep's region
+
     float* sm_m = smem;                     // [W][G]
     float* sm_l = sm_m + W * G;             // [W][G]
     float* sm_f = sm_l + W * G;             // [W][G]
@@ -547,6 +695,10 @@ __global__ void __launch_bounds__(W * 32) attn_cluster_kernel(const AttnArgs a, 
 template <int DPL, bool kHalf, int G, int W>
 __global__ void __launch_bounds__(W * 32) attn_cluster_rows_kernel(const AttnArgs a, int group, const RowCaches rc) {
     attn_cluster_block<DPL, kHalf, G, W>(a, group, PerRowCaches{rc});
+}
+template <int DPL, bool kHalf, int G, int W>
+__global__ void __launch_bounds__(W * 32) attn_cluster_prep_kernel(const AttnArgs a, int group, const HeadPrep p) {
+    attn_cluster_block<DPL, kHalf, G, W>(a, group, CallCaches{a}, p);
 }
 
 // out = sum_s O_s e^(M_s - M) / sum_s L_s e^(M_s - M) over the splits of one (token, head).
@@ -673,6 +825,23 @@ void attn_cluster_launch(const AttnArgs& a, const RowCaches* rows, int base_bloc
         launch_cluster(lone, grid, W * 32, smem, s, C, a, group);
 }
 
+// The cluster kernel with the prep folded in: one cluster per head group (one token).
+template <int DPL, bool kHalf, int G>
+void attn_cluster_prep_launch(const AttnArgs& a, const HeadPrep& p, int base_blocks, int group, cudaStream_t s) {
+    constexpr int W = kClusterWarps;
+    auto* kernel = attn_cluster_prep_kernel<DPL, kHalf, G, W>;
+    constexpr size_t smem = attn_cluster_prep_smem_bytes<DPL, G, W>();
+    static bool ready = false;  // ops are issued from one thread
+    if (!ready) {
+        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        ready = true;
+    }
+    const int C = a.cluster;
+    DF_CUDA_REQUIRE(C <= kClusterMax && (C & (C - 1)) == 0, "attention: cluster size must be 1, 2, 4, 8 or 16");
+    launch_cluster(kernel, dim3(C, base_blocks, 1), W * 32, smem, s, C, a, group, p);
+}
+
 // The largest divisor of ratio up to cap: query heads per block.
 inline int head_group(int ratio, int cap) {
     for (int g = std::min(ratio, cap); g > 1; --g)
@@ -779,6 +948,42 @@ void launch_attention(const AttnArgs& a, cudaStream_t s, const RowCaches* rows, 
         case 7: attn_dispatch<7>(a, rows, last, s); break;
         case 8: attn_dispatch<8>(a, rows, last, s); break;
     }
+}
+
+bool launch_attention_prepped(const AttnArgs& a, const HeadPrep& p, cudaStream_t s) {
+    const bool fits = a.cluster > 0 && a.pos0_hint + 1 <= a.cluster * a.cluster_keys;
+    if (!attn_prep_fused() || a.T != 1 || !fits || (a.head_dim != 128 && a.head_dim != 256) || p.n_rot > a.head_dim ||
+        p.n_rot % 2 != 0)
+        return false;
+    DF_CUDA_REQUIRE(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "attention: heads must be a multiple of kv_heads");
+    DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0,
+                    "attention: caches must be 16-byte aligned");
+    DF_CUDA_REQUIRE(p.k_cache == a.k_cache && p.v_cache == a.v_cache, "attention: the prep stores into the caches it reads");
+    const int ratio = a.heads / a.kv_heads, group = head_group(ratio, kMaxGroup);
+    const int base_blocks = a.kv_heads * (ratio / group);
+    AttnArgs c = a;
+    c.skip_above = 0;  // one cluster takes any context (the hint only chose this path)
+    auto go = [&]<int DPL, int G>() {  // G: a power of two >= group
+        if (a.half_cache)
+            attn_cluster_prep_launch<DPL, true, G>(c, p, base_blocks, group, s);
+        else
+            attn_cluster_prep_launch<DPL, false, G>(c, p, base_blocks, group, s);
+    };
+    auto by_group = [&]<int DPL>() {
+        if (group == 1)
+            go.template operator()<DPL, 1>();
+        else if (group == 2)
+            go.template operator()<DPL, 2>();
+        else if (group <= 4)
+            go.template operator()<DPL, 4>();
+        else
+            go.template operator()<DPL, kMaxGroup>();
+    };
+    if (a.head_dim == 128)
+        by_group.template operator()<4>();
+    else
+        by_group.template operator()<8>();
+    return true;
 }
 
 }  // namespace df::cuda

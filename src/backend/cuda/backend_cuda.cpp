@@ -934,6 +934,23 @@ void CudaBackend::attention(const float* q, const void* k_cache, const void* v_c
 void CudaBackend::attention_lanes(std::span<const AttnLane> lanes, float* q, float* k, const float* v,
                                   const float* q_norm, const float* k_norm, float eps, const RopeShape& rope, KvType kt,
                                   const AttnShape& a, float* out) {
+    if (lanes.size() == 1 && lanes[0].s.T == 1 && attn_prep_fused()) {
+        // One token (decode): the q/k norm, RoPE and KV store inside the attention launch,
+        // where the kernel takes the shape and context (launch_attention_prepped).
+        const AttnLane& ln = lanes[0];
+        op_start();
+        HeadPrep p;
+        p.k = k;
+        p.v = v;
+        p.q_norm = q_norm;
+        p.k_norm = k_norm;
+        p.eps = eps;
+        p.theta_scale = rope.theta_scale();  // the host expression head_norm_rope uses
+        p.n_rot = rope.n_rot;
+        p.k_cache = ln.k_cache;
+        p.v_cache = ln.v_cache;
+        if (launch_attention_prepped(attn_args(q, ln.k_cache, ln.v_cache, kt, a, ln.s, out), p, stream_)) return;
+    }
     const int rows = lanes.empty() ? 0 : lanes.back().row0 + lanes.back().s.T;
     bool fits = lanes.size() >= 2 && lanes_ && rows <= kMaxLaneRows;
     for (const AttnLane& ln : lanes)  // rows in order, positions contiguous (Model::forward_lanes)

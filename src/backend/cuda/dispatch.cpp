@@ -88,6 +88,15 @@ void set_attn_split_keys(int keys) { split_keys_value().store(keys >= 1 ? keys :
 int attn_split_heads() { return split_heads_value().load(std::memory_order_relaxed); }
 void set_attn_split_heads(int heads) { split_heads_value().store(heads_ok(heads) ? heads : 8, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<bool>& prep_fused_flag() {
+    static std::atomic<bool> on{env_int("DF_CUDA_ATTN_PREP_FUSED", 0, [](int n) { return n == 0 || n == 1; }) == 1};
+    return on;
+}
+}  // namespace
+bool attn_prep_fused() { return prep_fused_flag().load(std::memory_order_relaxed); }
+void set_attn_prep_fused(bool on) { prep_fused_flag().store(on, std::memory_order_relaxed); }
+
 bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_pdl_enabled(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
 

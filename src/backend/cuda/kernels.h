@@ -341,6 +341,30 @@ struct AttnArgs {
     int skip_above = 0;            // cluster kernel: tokens with n_kv above this go to the split kernels
     int skip_upto = 0;             // split kernels: tokens with n_kv up to this went to the cluster kernel
 };
+// The per-head q/k norm + RoPE and the KV store of a one-token step folded into its attention
+// (launch_attention_prepped): the raw k and v heads of the token, the norms' weights (may be null),
+// RoPE's rotated dims and angle ratio, and the caches to store the new row in.
+struct HeadPrep {
+    const float* k = nullptr;
+    const float* v = nullptr;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    float eps = 0.f, theta_scale = 0.f;
+    int n_rot = 0;
+    void* k_cache = nullptr;
+    void* v_cache = nullptr;
+};
+// launch_attn_prep (q and k sets, KV store) followed by launch_attention in one launch, with the
+// same bits (a.q: the raw q heads; they and p.k are left as they are, not normed in place). Only
+// for one token whose context the cluster kernel takes, head dims 128 and 256, and when
+// attn_prep_fused() is on: returns false, launching nothing, otherwise.
+bool launch_attention_prepped(const AttnArgs& a, const HeadPrep& p, cudaStream_t s);
+// Whether launch_attention_prepped takes the calls it can: off unless DF_CUDA_ATTN_PREP_FUSED=1
+// (4B decode 424-427 against 430-433 tok/s with the separate prep kernel, H100: bench/RESULTS.md,
+// session 44); the setter for tests, between ops.
+bool attn_prep_fused();
+void set_attn_prep_fused(bool on);
+
 // Causal GQA attention (Backend::attention): flash decoding with the key range of each query
 // split across blocks (the split is decided on the device from pos, so graphs replay). rows:
 // T <= kMaxLaneRows rows of several sequences (Backend::attention_lanes), token t attending its
