@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <type_traits>
 
 #include "backend/cuda/attention_prefill.h"
@@ -801,6 +802,33 @@ void attn_split_launch(const AttnArgs& a, const RowCaches* rows, int base_blocks
                s, a.partial, a.heads, a.head_dim, nsplit, a.split_keys, a.skip_upto, a.pos, a.out);
 }
 
+// Before a cluster kernel's launch: its shared memory and cluster-size attributes, set once
+// (`ready`: the caller's flag per instantiation; ops are issued from one thread), and the size C.
+void cluster_kernel_setup(std::initializer_list<const void*> kernels, size_t smem, bool& ready, int C) {
+    if (!ready) {
+        for (const void* k : kernels) {
+            DF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+            DF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        }
+        ready = true;
+    }
+    DF_CUDA_REQUIRE(C <= kClusterMax && (C & (C - 1)) == 0, "attention: cluster size must be 1, 2, 4, 8 or 16");
+}
+
+// f.template operator()<G>() with the cluster kernels' head registers for a group of `group`
+// query heads: a power of two >= group.
+template <class F>
+void with_cluster_group(int group, F&& f) {
+    if (group == 1)
+        f.template operator()<1>();
+    else if (group == 2)
+        f.template operator()<2>();
+    else if (group <= 4)
+        f.template operator()<4>();
+    else
+        f.template operator()<kMaxGroup>();
+}
+
 // The cluster kernel: one cluster of C blocks per head group and token.
 template <int DPL, bool kHalf, int G>
 void attn_cluster_launch(const AttnArgs& a, const RowCaches* rows, int base_blocks, int group, cudaStream_t s) {
@@ -808,16 +836,9 @@ void attn_cluster_launch(const AttnArgs& a, const RowCaches* rows, int base_bloc
     auto* lone = attn_cluster_kernel<DPL, kHalf, G, W>;
     auto* per_row = attn_cluster_rows_kernel<DPL, kHalf, G, W>;
     constexpr size_t smem = attn_cluster_smem_bytes<DPL, G, W>();
-    static bool ready = false;  // ops are issued from one thread
-    if (!ready) {
-        for (const void* k : {reinterpret_cast<const void*>(lone), reinterpret_cast<const void*>(per_row)}) {
-            DF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-            DF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        }
-        ready = true;
-    }
+    static bool ready = false;
     const int C = a.cluster;
-    DF_CUDA_REQUIRE(C <= kClusterMax && (C & (C - 1)) == 0, "attention: cluster size must be 1, 2, 4, 8 or 16");
+    cluster_kernel_setup({reinterpret_cast<const void*>(lone), reinterpret_cast<const void*>(per_row)}, smem, ready, C);
     const dim3 grid(C, base_blocks, a.T);
     if (rows)
         launch_cluster(per_row, grid, W * 32, smem, s, C, a, group, *rows);
@@ -831,14 +852,9 @@ void attn_cluster_prep_launch(const AttnArgs& a, const HeadPrep& p, int base_blo
     constexpr int W = kClusterWarps;
     auto* kernel = attn_cluster_prep_kernel<DPL, kHalf, G, W>;
     constexpr size_t smem = attn_cluster_prep_smem_bytes<DPL, G, W>();
-    static bool ready = false;  // ops are issued from one thread
-    if (!ready) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        ready = true;
-    }
+    static bool ready = false;
     const int C = a.cluster;
-    DF_CUDA_REQUIRE(C <= kClusterMax && (C & (C - 1)) == 0, "attention: cluster size must be 1, 2, 4, 8 or 16");
+    cluster_kernel_setup({reinterpret_cast<const void*>(kernel)}, smem, ready, C);
     launch_cluster(kernel, dim3(C, base_blocks, 1), W * 32, smem, s, C, a, group, p);
 }
 
@@ -881,20 +897,12 @@ void attn_dispatch(const AttnArgs& a, const RowCaches* rows, int last, cudaStrea
         c.skip_above = long_ones ? fits : 0;
         const int ratio = a.heads / a.kv_heads, group = head_group(ratio, kMaxGroup);
         const int base_blocks = a.kv_heads * (ratio / group);
-        auto go = [&]<int G>() {  // G: a power of two >= group
+        with_cluster_group(group, [&]<int G>() {
             if (a.half_cache)
                 attn_cluster_launch<DPL, true, G>(c, rows, base_blocks, group, s);
             else
                 attn_cluster_launch<DPL, false, G>(c, rows, base_blocks, group, s);
-        };
-        if (group == 1)
-            go.template operator()<1>();
-        else if (group == 2)
-            go.template operator()<2>();
-        else if (group <= 4)
-            go.template operator()<4>();
-        else
-            go.template operator()<kMaxGroup>();
+        });
     }
     if (long_ones) {
         AttnArgs b = a;
@@ -903,15 +911,20 @@ void attn_dispatch(const AttnArgs& a, const RowCaches* rows, int last, cudaStrea
     }
 }
 
-}  // namespace
-
-void launch_attention(const AttnArgs& a, cudaStream_t s, const RowCaches* rows, int last_hint) {
-    if (a.T <= 0) return;
+// The checks of every decode attention launch's arguments.
+void require_attn_args(const AttnArgs& a) {
     DF_CUDA_REQUIRE(a.head_dim % 32 == 0 && a.head_dim <= 256, "attention: head_dim must be 32, 64, ..., 256");
     DF_CUDA_REQUIRE(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "attention: heads must be a multiple of kv_heads");
     DF_CUDA_REQUIRE(a.split_keys >= 1, "attention: split_keys must be positive");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0,
                     "attention: caches must be 16-byte aligned");
+}
+
+}  // namespace
+
+void launch_attention(const AttnArgs& a, cudaStream_t s, const RowCaches* rows, int last_hint) {
+    if (a.T <= 0) return;
+    require_attn_args(a);
     const int ratio = a.heads / a.kv_heads, group = head_group(ratio, kMaxGroup);
     if (rows) {
         DF_CUDA_REQUIRE(a.T <= kMaxLaneRows, "attention: rows of several sequences take at most 8 tokens");
@@ -955,34 +968,24 @@ bool launch_attention_prepped(const AttnArgs& a, const HeadPrep& p, cudaStream_t
     if (!attn_prep_fused() || a.T != 1 || !fits || (a.head_dim != 128 && a.head_dim != 256) || p.n_rot > a.head_dim ||
         p.n_rot % 2 != 0)
         return false;
-    DF_CUDA_REQUIRE(a.kv_heads > 0 && a.heads % a.kv_heads == 0, "attention: heads must be a multiple of kv_heads");
-    DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0,
-                    "attention: caches must be 16-byte aligned");
+    require_attn_args(a);
     DF_CUDA_REQUIRE(p.k_cache == a.k_cache && p.v_cache == a.v_cache, "attention: the prep stores into the caches it reads");
     const int ratio = a.heads / a.kv_heads, group = head_group(ratio, kMaxGroup);
     const int base_blocks = a.kv_heads * (ratio / group);
     AttnArgs c = a;
     c.skip_above = 0;  // one cluster takes any context (the hint only chose this path)
-    auto go = [&]<int DPL, int G>() {  // G: a power of two >= group
-        if (a.half_cache)
-            attn_cluster_prep_launch<DPL, true, G>(c, p, base_blocks, group, s);
-        else
-            attn_cluster_prep_launch<DPL, false, G>(c, p, base_blocks, group, s);
-    };
-    auto by_group = [&]<int DPL>() {
-        if (group == 1)
-            go.template operator()<DPL, 1>();
-        else if (group == 2)
-            go.template operator()<DPL, 2>();
-        else if (group <= 4)
-            go.template operator()<DPL, 4>();
-        else
-            go.template operator()<DPL, kMaxGroup>();
+    auto by_dim = [&]<int DPL>() {
+        with_cluster_group(group, [&]<int G>() {
+            if (a.half_cache)
+                attn_cluster_prep_launch<DPL, true, G>(c, p, base_blocks, group, s);
+            else
+                attn_cluster_prep_launch<DPL, false, G>(c, p, base_blocks, group, s);
+        });
     };
     if (a.head_dim == 128)
-        by_group.template operator()<4>();
+        by_dim.template operator()<4>();
     else
-        by_group.template operator()<8>();
+        by_dim.template operator()<8>();
     return true;
 }
 
