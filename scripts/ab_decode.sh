@@ -3,7 +3,8 @@
 # drift between leases). Run after `scripts/device.sh run` unpacked the binaries:
 #   scripts/ab_decode.sh PRESET ROUNDS "ENV=VALUE ..." "ENV=VALUE ..." ...
 # ("-" for no variables; BIN=PATH runs another diskformer binary, e.g. a baseline build unpacked
-# beside /tmp/dfbin). Prints one decode tok/s line per variant and round.
+# beside /tmp/dfbin; a value with spaces is quoted inside the argument, as in the shell:
+# "DF_X='a b' BIN=/tmp/dfvar/x/diskformer"). Prints one decode tok/s line per variant and round.
 set -uo pipefail
 p=$1 rounds=$2
 shift 2
@@ -13,7 +14,7 @@ export LD_LIBRARY_PATH=/tmp/dfbin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for ((r = 0; r < rounds; ++r)); do
     for v in "$@"; do
         vars=()
-        [ "$v" = "-" ] || read -ra vars <<<"$v"
+        [ "$v" = "-" ] || eval "vars=($v)"  # the shell's own word splitting and quotes
         bin=$D
         for i in "${!vars[@]}"; do
             case ${vars[$i]} in BIN=*) bin=${vars[$i]#BIN=}; unset "vars[$i]" ;; esac
