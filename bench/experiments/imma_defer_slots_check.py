@@ -30,7 +30,7 @@ for trial in range(3000):
         else:
             exp=[(c, 1 if (c==c0 and start(c0,units,warps)<first) else 0) for c in range(c0,c1+1)]
             assert stored.get(t)==exp, (trial,t,stored.get(t),exp)
-            # no two tiles store into the same (w,slot)
+    # no two tiles store into the same (w, slot)
     allslots=[s for v in stored.values() for s in v]
     assert len(allslots)==len(set(allslots))
 print("ok")
