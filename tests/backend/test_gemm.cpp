@@ -1,11 +1,13 @@
 // The CPU prefill GEMM's panel (pack_panel, gemm_panel) against a double-precision product:
 // partial panels, token counts around the micro-kernel's 6, strided activations and outputs,
-// accumulate on and off, nothing written outside the outputs.
+// accumulate on and off, nothing written outside the outputs; the AVX-512 micro-kernel against
+// the AVX2 one, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -42,7 +44,7 @@ TEST(CpuGemmPanel, MatchesDoubleProductWithinBound) {
                     std::vector<float> out(static_cast<size_t>(os * T), std::numeric_limits<float>::quiet_NaN()), y0(out);
                     for (int t = 0; t < T; ++t)
                         for (int r = 0; r < rows; ++r) out[t * os + r] = y0[t * os + r] = acc ? normal(rng) : 0.f;
-                    gemm_panel(panel, rows, cols, x.data(), xs, T, out.data(), os, acc);
+                    gemm_panel(panel, rows, cols, x.data(), xs, T, out.data(), os, acc);  // the default: AVX-512 where present
                     for (int t = 0; t < T; ++t) {
                         for (int r = 0; r < rows; ++r) {
                             double exact = acc ? y0[t * os + r] : 0.0, mag = std::fabs(exact);
@@ -58,6 +60,37 @@ TEST(CpuGemmPanel, MatchesDoubleProductWithinBound) {
                         }
                         for (int64_t r = rows; r < os; ++r) ASSERT_TRUE(std::isnan(out[t * os + r])) << "wrote past the rows";
                     }
+                }
+            }
+        }
+    }
+}
+
+// The AVX-512 micro-kernel adds each row's products in the AVX2 kernel's order: the same bits,
+// for every token count around its 16 accumulators.
+TEST(CpuGemmPanel, Avx512GivesTheAvx2Bits) {
+    if (!gemm_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512: only the AVX2 micro-kernel runs";
+    std::mt19937 rng(777);
+    std::normal_distribution<float> normal;
+    for (int rows : {16, 11}) {
+        for (int64_t cols : {3, 64, 65, 1000}) {
+            std::vector<float> w(static_cast<size_t>(rows * cols));
+            for (auto& v : w) v = normal(rng);
+            std::vector<float> buf(static_cast<size_t>(kPanelRows * cols) + 16);
+            float* panel = buf.data() + (16 - reinterpret_cast<uintptr_t>(buf.data()) / 4 % 16) % 16;
+            pack_panel(w.data(), rows, cols, panel);
+            for (int T : {1, 2, 6, 15, 16, 17, 33, 130}) {
+                for (bool acc : {false, true}) {
+                    SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " T " + std::to_string(T));
+                    const int64_t xs = cols + 1, os = rows + 2;
+                    std::vector<float> x(static_cast<size_t>(xs * T));
+                    for (auto& v : x) v = normal(rng);
+                    std::vector<float> a(static_cast<size_t>(os * T));
+                    for (auto& v : a) v = acc ? normal(rng) : std::numeric_limits<float>::quiet_NaN();
+                    std::vector<float> b(a);
+                    gemm_panel(panel, rows, cols, x.data(), xs, T, a.data(), os, acc, GemmIsa::avx2);
+                    gemm_panel(panel, rows, cols, x.data(), xs, T, b.data(), os, acc, GemmIsa::avx512);
+                    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));  // NaN pads included
                 }
             }
         }

@@ -134,7 +134,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int T, float* out, bool
                 const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, rows - r0));
                 for (int r = 0; r < nr; ++r) decode_row(w.type, base + (r0 + r) * w.row_stride, cols, &decoded[r * cols]);
                 pack_panel(decoded.data(), nr, cols, panel);
-                gemm_panel(panel, nr, cols, x, cols, T, out + r0, rows, accumulate);
+                gemm_panel(panel, nr, cols, x, cols, T, out + r0, rows, accumulate);  // AVX-512 where the CPU has it
             }
         });
         return;

@@ -18,10 +18,16 @@ inline constexpr int kPanelRows = 16;
 // panel[c * kPanelRows + r] = src[r * cols + c] for r < rows (<= kPanelRows), zeros for the rest.
 void pack_panel(const float* src, int rows, int64_t cols, float* panel);
 
+// The micro-kernel's instruction set: AVX2 (every x86-64-v3 CPU) or AVX-512 F, chosen at run
+// time (the build targets x86-64-v3). Both give the same bits.
+enum class GemmIsa { avx2, avx512 };
+bool gemm_avx512_available();
+GemmIsa gemm_default_isa();  // AVX-512 where the CPU has it, unless DF_CPU_AVX512=0
+
 // out[t * os + r] = sum_c panel[c * kPanelRows + r] * x[t * xs + c]   (+ out when accumulate)
 // for r < rows (<= kPanelRows), t < T; each sum runs over c in order in blocks of 64, the block
-// sums added in order. panel is 32-byte aligned; panel, x, out must not alias.
+// sums added in order. panel is 64-byte aligned; panel, x, out must not alias.
 void gemm_panel(const float* panel, int rows, int64_t cols, const float* x, int64_t xs, int T, float* out,
-                int64_t os, bool accumulate);
+                int64_t os, bool accumulate, GemmIsa isa = gemm_default_isa());
 
 }  // namespace df::cpu
