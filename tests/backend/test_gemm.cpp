@@ -24,6 +24,12 @@ double gemm_bound(int64_t cols, double sum_abs) {
     return k * u / (1 - k * u) * sum_abs;
 }
 
+// A panel of cols columns in buf, 64-byte aligned as gemm_panel requires.
+float* aligned_panel(std::vector<float>& buf, int64_t cols) {
+    buf.assign(static_cast<size_t>(kPanelRows * cols) + 16, 0.f);
+    return buf.data() + (16 - reinterpret_cast<uintptr_t>(buf.data()) / 4 % 16) % 16;
+}
+
 TEST(CpuGemmPanel, MatchesDoubleProductWithinBound) {
     std::mt19937 rng(4242);
     std::normal_distribution<float> normal;
@@ -31,8 +37,8 @@ TEST(CpuGemmPanel, MatchesDoubleProductWithinBound) {
         for (int64_t cols : {1, 7, 64, 1100}) {
             std::vector<float> w(static_cast<size_t>(rows * cols));
             for (auto& v : w) v = normal(rng);
-            std::vector<float> buf(static_cast<size_t>(kPanelRows * cols) + 16);
-            float* panel = buf.data() + (16 - reinterpret_cast<uintptr_t>(buf.data()) / 4 % 16) % 16;  // 64-byte aligned
+            std::vector<float> buf;
+            float* panel = aligned_panel(buf, cols);
             pack_panel(w.data(), rows, cols, panel);
             for (int T : {1, 5, 6, 7, 13}) {
                 for (bool acc : {false, true}) {
@@ -76,8 +82,8 @@ TEST(CpuGemmPanel, Avx512GivesTheAvx2Bits) {
         for (int64_t cols : {3, 64, 65, 1000}) {
             std::vector<float> w(static_cast<size_t>(rows * cols));
             for (auto& v : w) v = normal(rng);
-            std::vector<float> buf(static_cast<size_t>(kPanelRows * cols) + 16);
-            float* panel = buf.data() + (16 - reinterpret_cast<uintptr_t>(buf.data()) / 4 % 16) % 16;
+            std::vector<float> buf;
+            float* panel = aligned_panel(buf, cols);
             pack_panel(w.data(), rows, cols, panel);
             for (int T : {1, 2, 6, 15, 16, 17, 33, 130}) {
                 for (bool acc : {false, true}) {

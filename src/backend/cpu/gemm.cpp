@@ -15,6 +15,15 @@ namespace {
 static_assert(kPanelRows == 16, "the micro-kernel holds a panel column in two vectors");
 constexpr int64_t kGemmBlock = 64;
 
+// The micro-kernels' sums into the outputs (rows < kPanelRows of them per token).
+template <int TT>
+inline void write_sums(const float (&s)[TT][kPanelRows], int rows, float* out, int64_t os, bool accumulate) {
+    for (int t = 0; t < TT; ++t) {
+        float* o = out + t * os;
+        for (int r = 0; r < rows; ++r) o[r] = accumulate ? o[r] + s[t][r] : s[t][r];
+    }
+}
+
 // 16 rows x TT tokens: lo[t] and hi[t] hold rows 0 .. 7 and 8 .. 15 of token t.
 template <int TT>
 void micro(const float* panel, int rows, int64_t cols, const float* x, int64_t xs, float* out, int64_t os,
@@ -44,10 +53,7 @@ void micro(const float* panel, int rows, int64_t cols, const float* x, int64_t x
             _mm256_store_ps(s[t] + 8, _mm256_add_ps(_mm256_load_ps(s[t] + 8), hi[t]));
         }
     }
-    for (int t = 0; t < TT; ++t) {
-        float* o = out + t * os;
-        for (int r = 0; r < rows; ++r) o[r] = accumulate ? o[r] + s[t][r] : s[t][r];
-    }
+    write_sums<TT>(s, rows, out, os, accumulate);
 }
 
 // The same sums with one 16-lane vector per token (AVX-512 F): a lane is a row and adds its
@@ -60,7 +66,7 @@ __attribute__((target("avx512f"))) void micro512(const float* panel, int rows, i
                                                  int64_t xs, float* out, int64_t os, bool accumulate) {
     alignas(64) float s[TT][kPanelRows] = {};
     for (int64_t c0 = 0; c0 < cols; c0 += kGemmBlock) {
-        const int64_t c1 = cols < c0 + kGemmBlock ? cols : c0 + kGemmBlock;
+        const int64_t c1 = std::min(cols, c0 + kGemmBlock);
         __m512 acc[TT];
 #pragma GCC unroll 16
         for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
@@ -72,10 +78,7 @@ __attribute__((target("avx512f"))) void micro512(const float* panel, int rows, i
 #pragma GCC unroll 16
         for (int t = 0; t < TT; ++t) _mm512_store_ps(s[t], _mm512_add_ps(_mm512_load_ps(s[t]), acc[t]));
     }
-    for (int t = 0; t < TT; ++t) {
-        float* o = out + t * os;
-        for (int r = 0; r < rows; ++r) o[r] = accumulate ? o[r] + s[t][r] : s[t][r];
-    }
+    write_sums<TT>(s, rows, out, os, accumulate);
 }
 
 using MicroFn = void (*)(const float*, int, int64_t, const float*, int64_t, float*, int64_t, bool);
