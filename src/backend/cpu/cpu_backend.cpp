@@ -23,7 +23,7 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 
-CpuBackend::CpuBackend(int threads) : pool_(threads) {}
+CpuBackend::CpuBackend(int threads) : pool_(threads), gemm_scratch_(static_cast<size_t>(pool_.size())) {}
 
 CpuBackend::~CpuBackend() {
     for (auto& [p, info] : allocs_) std::free(p);
@@ -125,15 +125,17 @@ void CpuBackend::matmul(const Weight& w, const float* x, int T, float* out, bool
         // Prompt chunks: each thread decodes a panel of 16 rows once (gemm.h: column-interleaved,
         // it stays in L2) and sweeps it over all T tokens. Every weight row is read and decoded
         // once per chunk.
-        pool_.parallel_for((rows + kPanelRows - 1) / kPanelRows, 1, [&](int64_t p0, int64_t p1, int) {
-            std::vector<float> decoded(static_cast<size_t>(kPanelRows * cols));
-            std::vector<float> panel_buf(static_cast<size_t>(kPanelRows * cols) + 16);  // 64-byte aligned below
-            float* const panel = panel_buf.data() + (16 - reinterpret_cast<uintptr_t>(panel_buf.data()) / 4 % 16) % 16;
+        const size_t block = static_cast<size_t>(kPanelRows * cols);
+        pool_.parallel_for((rows + kPanelRows - 1) / kPanelRows, 1, [&](int64_t p0, int64_t p1, int thread) {
+            std::vector<float>& buf = gemm_scratch_[static_cast<size_t>(thread)];
+            if (buf.size() < 2 * block + 16) buf.resize(2 * block + 16);
+            float* const decoded = buf.data();
+            float* const panel = decoded + block + (16 - reinterpret_cast<uintptr_t>(decoded + block) / 4 % 16) % 16;  // 64-byte aligned
             for (int64_t p = p0; p < p1; ++p) {
                 const int64_t r0 = p * kPanelRows;
                 const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, rows - r0));
-                for (int r = 0; r < nr; ++r) decode_row(w.type, base + (r0 + r) * w.row_stride, cols, &decoded[r * cols]);
-                pack_panel(decoded.data(), nr, cols, panel);
+                for (int r = 0; r < nr; ++r) decode_row(w.type, base + (r0 + r) * w.row_stride, cols, decoded + r * cols);
+                pack_panel(decoded, nr, cols, panel);
                 gemm_panel(panel, nr, cols, x, cols, T, out + r0, rows, accumulate);  // AVX-512 where the CPU has it
             }
         });

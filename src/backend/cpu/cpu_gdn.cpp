@@ -51,7 +51,10 @@ void CpuBackend::gdn_delta(const float* qkv, const float* alpha, const float* be
                            float eps, float* state, float* out) {
     const int Hk = g.k_heads, Hv = g.v_heads, D = g.head_dim, C = g.channels();
     // L2-normalised q and k per token and key head, shared by the value heads that use them.
-    std::vector<float> qn(static_cast<size_t>(T) * Hk * D), kn(qn.size());
+    const size_t n_qk = static_cast<size_t>(T) * Hk * D;
+    if (gdn_qk_.size() < 2 * n_qk) gdn_qk_.resize(2 * n_qk);
+    float* const qn = gdn_qk_.data();
+    float* const kn = qn + n_qk;
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < Hk; ++h) {
             const float* row = qkv + static_cast<int64_t>(t) * C;
