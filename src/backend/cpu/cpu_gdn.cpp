@@ -105,15 +105,17 @@ void CpuBackend::gdn_delta(const float* qkv, const float* alpha, const float* be
 
 void CpuBackend::gated_rmsnorm(const float* x, const float* z, const float* w, int T, int heads,
                                int n, float eps, float* out) {
-    for (int64_t r = 0; r < static_cast<int64_t>(T) * heads; ++r) {
-        const float* xr = x + r * n;
-        const float* zr = z + r * n;
-        float* o = out + r * n;
-        double sum = 0;
-        for (int i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
-        for (int i = 0; i < n; ++i) o[i] = ((xr[i] * scale) * w[i]) * silu(zr[i]);
-    }
+    pool_.parallel_for(static_cast<int64_t>(T) * heads, 8, [&](int64_t r0, int64_t r1, int) {  // expf per value
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = x + r * n;
+            const float* zr = z + r * n;
+            float* o = out + r * n;
+            double sum = 0;
+            for (int i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
+            for (int i = 0; i < n; ++i) o[i] = ((xr[i] * scale) * w[i]) * silu(zr[i]);
+        }
+    });
 }
 
 }  // namespace df::cpu
