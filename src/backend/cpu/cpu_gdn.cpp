@@ -68,35 +68,49 @@ void CpuBackend::gdn_delta(const float* qkv, const float* alpha, const float* be
     // state (one value channel) is a contiguous run over the key index, so decay, S^T k, the
     // rank-1 update and S^T q are one pass over that run.
     pool_.parallel_for(Hv, 1, [&](int64_t j0, int64_t j1, int) {
+        const int64_t Dh = D;  // a local: the captured D was re-read after every store to the state
         for (int64_t j = j0; j < j1; ++j) {
-            float* S = state + j * D * D;
+            float* S = state + j * Dh * Dh;
             const int kh = static_cast<int>(j % Hk);
             for (int t = 0; t < T; ++t) {
-                const float* q = &qn[(static_cast<size_t>(t) * Hk + kh) * D];
-                const float* k = &kn[(static_cast<size_t>(t) * Hk + kh) * D];
-                const float* v = qkv + static_cast<int64_t>(t) * C + 2 * Hk * D + j * D;
+                const float* q = &qn[(static_cast<size_t>(t) * Hk + kh) * Dh];
+                const float* k = &kn[(static_cast<size_t>(t) * Hk + kh) * Dh];
+                const float* v = qkv + static_cast<int64_t>(t) * C + 2 * Hk * Dh + j * Dh;
                 const float gt = softplus(alpha[static_cast<int64_t>(t) * Hv + j] + dt_bias[j]) * a_neg[j];
                 const float decay = std::exp(gt);
                 const float b = sigmoid(beta[static_cast<int64_t>(t) * Hv + j]);
-                float* o = out + t * out_row + j * D;
+                float* o = out + t * out_row + j * Dh;
                 const __m256 vdecay = _mm256_set1_ps(decay);
-                for (int c = 0; c < D; ++c) {
-                    float* s = S + static_cast<int64_t>(c) * D;
-                    __m256 acc = _mm256_setzero_ps();
-                    for (int i = 0; i < D; i += 8) {
-                        const __m256 sv = _mm256_mul_ps(_mm256_loadu_ps(s + i), vdecay);
-                        _mm256_storeu_ps(s + i, sv);
-                        acc = _mm256_fmadd_ps(sv, _mm256_loadu_ps(k + i), acc);
+                // kCols columns side by side: each column's sums keep their order (the same bits
+                // as one column at a time), but their FMA chains interleave instead of waiting
+                // on each other's latency (one chain was the delta rule's whole cost).
+                constexpr int kCols = 4;
+                for (int c0 = 0; c0 < Dh; c0 += kCols) {
+                    float* s = S + static_cast<int64_t>(c0) * Dh;
+                    __m256 acc[kCols];
+                    for (int cc = 0; cc < kCols; ++cc) acc[cc] = _mm256_setzero_ps();
+                    for (int i = 0; i < Dh; i += 8) {
+                        const __m256 kv = _mm256_loadu_ps(k + i);
+                        for (int cc = 0; cc < kCols; ++cc) {
+                            const __m256 sv = _mm256_mul_ps(_mm256_loadu_ps(s + cc * Dh + i), vdecay);
+                            _mm256_storeu_ps(s + cc * Dh + i, sv);
+                            acc[cc] = _mm256_fmadd_ps(sv, kv, acc[cc]);
+                        }
                     }
-                    const float d = b * (v[c] - hsum(acc));
-                    const __m256 vd = _mm256_set1_ps(d);
-                    __m256 accq = _mm256_setzero_ps();
-                    for (int i = 0; i < D; i += 8) {
-                        const __m256 sv = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), vd, _mm256_loadu_ps(s + i));
-                        _mm256_storeu_ps(s + i, sv);
-                        accq = _mm256_fmadd_ps(sv, _mm256_loadu_ps(q + i), accq);
+                    __m256 vd[kCols], accq[kCols];
+                    for (int cc = 0; cc < kCols; ++cc) {
+                        vd[cc] = _mm256_set1_ps(b * (v[c0 + cc] - hsum(acc[cc])));
+                        accq[cc] = _mm256_setzero_ps();
                     }
-                    o[c] = hsum(accq) * out_scale;
+                    for (int i = 0; i < Dh; i += 8) {
+                        const __m256 kv = _mm256_loadu_ps(k + i), qv = _mm256_loadu_ps(q + i);
+                        for (int cc = 0; cc < kCols; ++cc) {
+                            const __m256 sv = _mm256_fmadd_ps(kv, vd[cc], _mm256_loadu_ps(s + cc * Dh + i));
+                            _mm256_storeu_ps(s + cc * Dh + i, sv);
+                            accq[cc] = _mm256_fmadd_ps(sv, qv, accq[cc]);
+                        }
+                    }
+                    for (int cc = 0; cc < kCols; ++cc) o[c0 + cc] = hsum(accq[cc]) * out_scale;
                 }
             }
         }
