@@ -1,6 +1,7 @@
-# The slot bookkeeping of imma_defer_fixup.patch, simulated on the host: every tile that several
-# warps share is found by its reader (ImmaSplit c0..c1 and the slot rule) in exactly the slots its
-# contributors stored it in, in contributor order, and no two tiles share a slot. python3 this file.
+# The slot bookkeeping of the deferred imma split (ImmaArgs::defer, imma_deferred.cuh),
+# simulated on the host: every tile that several warps share is found by its reader (ImmaSplit
+# c0..c1 and the slot rule) in exactly the slots its contributors stored it in, in contributor
+# order, and no two tiles share a slot. python3 this file.
 import random
 def start(w, units, warps): return w*units//warps
 def warp_of(x, units, warps): return ((x+1)*warps-1)//units

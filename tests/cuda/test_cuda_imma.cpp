@@ -2,6 +2,7 @@
 // definition (reconstruction error and limb ranges), its fusion into RMSNorm (bit-identical to
 // converting the stored outputs), and which weights take the path. Its products are checked
 // against the CPU backend by the matmul tests of test_cuda_quant.cpp.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -177,6 +178,76 @@ TEST(CudaImma, TakenByTheIqAndKTypesForUpToEightTokens) {
         EXPECT_FALSE(cuda.matvec_on_tensor_cores(w, 9)) << "T > 8 is the GEMM's";
         gpu.release(const_cast<void*>(w.data));
     }
+}
+
+// A deferred imma launch (DF_CUDA_IMMA_DEFER, ImmaArgs::defer) leaves the tiles that several
+// warps shared to the next reader: the conversion after the fused gate/up, the RMSNorm after an
+// accumulating down projection. Its results equal the fix-up's up to the order in which a
+// contributor's limbs are recombined, every row of a T-token call equals the one-token call's
+// bits, and a reader that is neither (a download) finds the shared tiles written out.
+TEST(CudaImma, DeferredSharedTilesAreSummedByTheNextReader) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    auto g = test_rng();
+    // Few units for the grid's warps: every tile is shared by several contributors.
+    const int n = 2560, ff = 1280;
+    const auto mg = random_matrix(Type::IQ2_XXS, ff, n, g), mu = random_matrix(Type::IQ2_XXS, ff, n, g),
+               md = random_matrix(Type::Q2_K, n, ff, g), mo = random_matrix(Type::IQ2_XS, 512, n, g);
+    const Weight wg = gpu.load_weight(Type::IQ2_XXS, n, ff, mg.data(), mg.size());
+    const Weight wu = gpu.load_weight(Type::IQ2_XXS, n, ff, mu.data(), mu.size());
+    const Weight wd = gpu.load_weight(Type::Q2_K, ff, n, md.data(), md.size());
+    const Weight wo = gpu.load_weight(Type::IQ2_XS, n, 512, mo.data(), mo.size());
+    ASSERT_TRUE(cuda.matvec_on_tensor_cores(wg, 1) && cuda.matvec_on_tensor_cores(wd, 1));
+    const int T = 5;
+    const auto h = randn(g, static_cast<size_t>(T) * n, 2.f), nw = randn(g, n);
+    Buf<float> nb(gpu, nw);
+    struct Out {
+        std::vector<float> f, h, y, o;
+    };
+    const int was = cuda.imma_defer();  // DF_CUDA_IMMA_DEFER's, for the tests after this one
+    // One FFN: norm, gate/up, down added to the residual, the next norm and a matmul reading it.
+    auto run = [&](int defer, int tokens, int first) {
+        cuda.set_imma_defer(defer);
+        Buf<float> hb(gpu, std::vector<float>(h.begin() + static_cast<size_t>(first) * n,
+                                              h.begin() + static_cast<size_t>(first + tokens) * n));
+        Buf<float> xb(gpu, static_cast<size_t>(tokens) * n), fb(gpu, static_cast<size_t>(tokens) * ff),
+            sb(gpu, static_cast<size_t>(tokens) * ff), yb(gpu, static_cast<size_t>(tokens) * n),
+            ob(gpu, static_cast<size_t>(tokens) * 512);
+        for (auto* b : {&xb, &fb, &yb, &ob}) b->poison();
+        gpu.rmsnorm(hb.p(), n, nb.p(), tokens, n, 1e-6f, xb.p(), n);
+        gpu.ffn_gate_up(wg, wu, xb.p(), tokens, fb.p(), sb.p());
+        gpu.matmul(wd, fb.p(), tokens, hb.p(), true);
+        gpu.rmsnorm(hb.p(), n, nb.p(), tokens, n, 1e-6f, yb.p(), n);
+        gpu.matmul(wo, yb.p(), tokens, ob.p(), false);
+        Out r{fb.get(), hb.get(), yb.get(), ob.get()};
+        cuda.set_imma_defer(was);
+        return r;
+    };
+    const Out ref = run(0, T, 0);
+    for (const int defer : {1, 2}) {
+        SCOPED_TRACE("defer " + std::to_string(defer));
+        const Out got = run(defer, T, 0);
+        // Partial sums recombined in another order: within a few ulps of the row's largest value.
+        auto near = [](const std::vector<float>& a, const std::vector<float>& b, float rel) {
+            float top = 0;
+            for (float v : b) top = std::max(top, std::fabs(v));
+            return all_close(a, b, std::vector<float>(b.size(), rel * top));
+        };
+        EXPECT_TRUE(near(got.f, ref.f, 1e-5f)) << "silu(gate) * up";
+        EXPECT_TRUE(near(got.h, ref.h, 1e-5f)) << "the residual";
+        EXPECT_TRUE(near(got.y, ref.y, 1e-5f)) << "the norm's output";
+        EXPECT_TRUE(near(got.o, ref.o, 1e-5f)) << "the matmul after the norm";
+        for (int t = 0; t < T; t += 2) {  // T-invariance: the split, and so the order, is the shape's
+            const Out one = run(defer, 1, t);
+            auto row = [&](const std::vector<float>& v, int w) { return std::vector<float>(v.begin() + t * w, v.begin() + (t + 1) * w); };
+            EXPECT_EQ(0, std::memcmp(one.f.data(), row(got.f, ff).data(), ff * 4)) << "token " << t;
+            EXPECT_EQ(0, std::memcmp(one.h.data(), row(got.h, n).data(), n * 4)) << "token " << t;
+            EXPECT_EQ(0, std::memcmp(one.y.data(), row(got.y, n).data(), n * 4)) << "token " << t;
+            EXPECT_EQ(0, std::memcmp(one.o.data(), row(got.o, 512).data(), 512 * 4)) << "token " << t;
+        }
+    }
+    for (const Weight* w : {&wg, &wu, &wd, &wo}) gpu.release(const_cast<void*>(w->data));
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* g = std::getenv("DF_CUDA_GDN_SPLIT")) gdn_split_ = std::atoi(g);
     if (const char* g = std::getenv("DF_CUDA_GDN_LATE")) gdn_late_ = std::string(g) == "1";
     if (const char* l = std::getenv("DF_CUDA_LANES")) lanes_ = std::string(l) != "0";
+    if (const char* d = std::getenv("DF_CUDA_IMMA_DEFER")) imma_defer_ = std::clamp(std::atoi(d), 0, 2);
     if (const char* w = std::getenv("DF_CUDA_MATVEC_WPR")) {  // for A/B runs
         const int n = std::atoi(w);
         if (n == 1 || n == 2 || n == 4 || n == 8) matvec_wpr_ = n;
@@ -232,6 +233,7 @@ void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
 void CudaBackend::download(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     flush();
+    settle_deferred();
     DF_CUDA_REQUIRE(!capturing_, "download while a graph is being recorded");
     DF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));  // src may be host-visible memory
     DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -258,6 +260,7 @@ void CudaBackend::bind_thread() {
 
 void CudaBackend::synchronize() {
     flush();
+    settle_deferred();
     DF_CUDA_REQUIRE(!capturing_, "synchronize while a graph is being recorded");
     DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -412,6 +415,7 @@ bool CudaBackend::use_imma(const Weight& w, int T) const {
 
 void CudaBackend::op_start() {
     flush();
+    settle_deferred();
     xq_src_ = nullptr;  // this op may write the converted activations' source
     qg_src_ = nullptr;
 }
@@ -424,7 +428,12 @@ void CudaBackend::remember_qg_conversion(const float* x, int T, int cols) {
 
 void CudaBackend::quantize_activations(const float* x, int T, int cols, cudaStream_t s) {
     if (x == xq_src_ && T == xq_T_ && cols == xq_n_) return;  // converted by rmsnorm or a previous group
-    launch_act_quant(x, T, cols, xq_, xe_, s);
+    if (deferred_.out && deferred_.pair && x == deferred_.out && T == deferred_T_ && cols == deferred_.rows) {
+        launch_act_quant_deferred(deferred_, T, xq_, xe_, s);
+        deferred_ = {};
+    } else {
+        launch_act_quant(x, T, cols, xq_, xe_, s);
+    }
     xq_src_ = x;
     xq_T_ = T;
     xq_n_ = cols;
@@ -477,7 +486,23 @@ void CudaBackend::fold_into(MatvecArgs& a, const PendingNorm& n, bool write) {
 
 void CudaBackend::rmsnorm(const float* x, int64_t x_stride, const float* weight, int n_rows, int n, float eps,
                           float* out, int64_t out_stride) {
-    op_start();
+    // op_start(), except that the residual a deferred accumulating launch added to is summed here.
+    flush();
+    const bool takes = deferred_.out && !deferred_.pair && x == deferred_.out && n_rows == deferred_T_ &&
+                       n == deferred_.rows && x_stride == n && out_stride == n && n <= xq_cols_ &&
+                       n <= kRmsnormQuantMaxCols && !fold_norm_ && !overlap(x, out, static_cast<int64_t>(n) * n_rows) &&
+                       aligned16(out) && (!weight || aligned16(weight));
+    if (!takes) settle_deferred();
+    xq_src_ = nullptr;
+    qg_src_ = nullptr;
+    if (takes) {
+        launch_rmsnorm_quant_deferred(deferred_, weight, n_rows, n, eps, out, xq_, xe_, stream_);
+        deferred_ = {};
+        xq_src_ = out;
+        xq_T_ = n_rows;
+        xq_n_ = n;
+        return;
+    }
     // Held back when a matvec could fold it (folds_norm checks the width); else launched by the next flush.
     if (fold_norm_ && n_rows == 1 && weight && !overlap(x, out, n) && aligned16(x) && aligned16(out) && aligned16(weight)) {
         norm_ = {x, weight, n, eps, out};
@@ -607,6 +632,12 @@ void CudaBackend::flush() {
     flush_matmuls();
 }
 
+void CudaBackend::settle_deferred() {
+    if (!deferred_.out) return;
+    launch_imma_deferred_write(deferred_, deferred_T_, stream_);
+    deferred_ = {};
+}
+
 void CudaBackend::flush_prep() {
     if (prep_.sets == 0) return;
     launch_attn_prep(prep_, stream_);
@@ -621,6 +652,12 @@ void CudaBackend::flush_matmuls() {
         return;
     }
     const PendingNorm* f = fold.x ? &fold : nullptr;
+    // A deferred output is summed by the conversion of a group of imma matmuls reading it (the
+    // down projection after gate/up); before any other group it is written out, since the group
+    // may read it or reuse the scratch holding its parts.
+    bool consumer = deferred_.out && deferred_.pair && pending_x_ == deferred_.out;
+    for (const PendingMatmul& p : pending_) consumer = consumer && use_imma(p.w, pending_T_);
+    if (!consumer) settle_deferred();
     // Matmuls sharing the activations share their conversion (before the fork).
     bool quantize = false;
     for (const PendingMatmul& p : pending_) quantize = quantize || use_imma(p.w, pending_T_);
@@ -773,7 +810,15 @@ void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out,
     if (use_qgemm(w, T)) {
         run_qgemm(w, T, out, accumulate, s, partial);  // flush() converted x
     } else if (use_imma(w, T)) {
-        ops.imma(imma_args(w, nullptr, T, out, accumulate, s), s);  // flush() converted x
+        ImmaArgs a = imma_args(w, nullptr, T, out, accumulate, s);  // flush() converted x
+        // An accumulating launch on the main stream leaves its shared tiles to the RMSNorm after
+        // it (rmsnorm(); imma_defer_ 2).
+        a.defer = imma_defer_ >= 2 && accumulate && s == stream_ && w.rows % 256 == 0 && aligned16(out);
+        ops.imma(a, s);
+        if (a.defer) {
+            deferred_ = {out, a.partial, static_cast<int>(w.rows), static_cast<int>(w.cols), a.blocks * kImmaWarps, false};
+            deferred_T_ = T;
+        }
     } else if (T <= 8) {
         ops.matvec(matvec_args(w, x, T, out, accumulate, 4, fold, write_norm), s);
     } else if (T <= kChunkedMatvecT) {
@@ -814,11 +859,18 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
     } else {
         flush();
     }
+    settle_deferred();  // (its launches reuse the scratch)
     if (out == xq_src_ || scratch == xq_src_) xq_src_ = nullptr;
     qg_src_ = nullptr;
     if (fused && use_imma(wg, T)) {
         quantize_activations(x, T, static_cast<int>(wg.cols), stream_);
-        ops_for(wg).imma(imma_args(wg, static_cast<const uint8_t*>(wu.data), T, out, false, stream_), stream_);
+        ImmaArgs a = imma_args(wg, static_cast<const uint8_t*>(wu.data), T, out, false, stream_);
+        a.defer = imma_defer_ >= 1 && wg.rows % 256 == 0 && aligned16(out);
+        ops_for(wg).imma(a, stream_);
+        if (a.defer) {
+            deferred_ = {out, a.partial, static_cast<int>(wg.rows), static_cast<int>(wg.cols), a.blocks * kImmaWarps, true};
+            deferred_T_ = T;
+        }
         return;
     }
     if (fused) {

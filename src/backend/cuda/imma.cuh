@@ -514,7 +514,9 @@ struct Imma<Type::Q6_K> : ImmaNoTabs, ImmaIqHead {
 // the device only, so a token's sums never depend on T). A warp streams its range through its
 // cp.async ring across tile boundaries. A tile covered by one warp is written directly;
 // otherwise each contributor stores its partial sums (slot 0: the warp's first tile, slot 1: its last), and the last one to arrive
-// (a per-tile counter) adds them in contributor order, so results are deterministic.
+// (a per-tile counter) adds them in contributor order, so results are deterministic. A deferred
+// launch (ImmaArgs::defer) stores its shares uncounted and leaves the sum to the next reader
+// (imma_deferred.cuh), which loads the output anyway.
 
 
 // How the matvec stages a row's unit. Bodies that are a multiple of 16 bytes are copied as they
@@ -569,6 +571,8 @@ constexpr int imma_smem_bytes() { return imma_tabs_bytes<I>() + kImmaWarps * imm
 template <int NT, int kMats>
 constexpr int imma_partial_floats() { return kMats * NT * 4 * 32; }
 inline size_t imma_scratch_floats(int warps) { return static_cast<size_t>(warps) * 2 * imma_partial_floats<4, 2>(); }
+static_assert(ImmaDeferred::kSlotFloats == imma_partial_floats<4, 2>() && ImmaDeferred::kSlotFloats >= 2 * 8 * 16,
+              "a deferred slot is one scratch slot");
 
 // Warp w owns units [start(w), start(w + 1)); with warps <= units no range is empty, so the
 // owners of a tile are consecutive warps. units * warps < 2^32 (checked by the launcher).
@@ -609,6 +613,28 @@ DF_DEV void imma_write(const ImmaArgs& a, int tile, int lane, const float (&v)[k
     }
 }
 
+// A deferred launch's share of a tile (ImmaArgs::defer): its limbs recombined as imma_write
+// does, stored in ImmaDeferred's layout for the conversion after it; no count, no fence.
+template <int NT, int kMats>
+DF_DEV void imma_store_deferred(const ImmaArgs& a, int slot, uint32_t w, int lane, const float (&v)[kMats][NT][4]) {
+    const int g = lane >> 2, q = lane & 3;
+    const bool odd = q & 1;
+    float* mine = a.partial + (static_cast<size_t>(w) * 2 + slot) * ImmaDeferred::kSlotFloats;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int tok = 2 * nt + (q >> 1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int mt = 0; mt < kMats; ++mt) {
+                const float c0 = v[mt][nt][2 * h], c1 = v[mt][nt][2 * h + 1];
+                const float part = odd ? fmaf(16777216.f, c1, 65536.f * c0) : fmaf(256.f, c1, c0);
+                const float other = __shfl_xor_sync(0xffffffffu, part, 1);
+                if (!odd && tok < a.T) __stcg(mine + (8 * mt + tok) * 16 + g + 8 * h, part + other);
+            }
+    }
+}
+
 // A warp's sums for one tile: written directly when the warp covered the whole tile, else
 // through the partial-sum slots (the last contributor adds them up in contributor order).
 template <int NT, int kMats>
@@ -616,6 +642,10 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
                         const float (&acc)[kMats][NT][4]) {
     if (whole) {
         imma_write<NT, kMats>(a, tile, lane, acc);
+        return;
+    }
+    if (a.defer) {
+        imma_store_deferred<NT, kMats>(a, slot, w, lane, acc);
         return;
     }
     constexpr int kP = imma_partial_floats<NT, kMats>();

@@ -153,6 +153,25 @@ struct ImmaArgs {
     float* partial = nullptr;      // per-stream scratch of imma_scratch_bytes(blocks)
     unsigned* counters = nullptr;  // per-stream, one per 16-row tile, zero between calls
     const ImmaTables* itables = nullptr;
+    // A tile shared by several warps is not fixed up here (the fused gate/up, or an accumulating
+    // launch): each contributor stores its limb-recombined sums (ImmaDeferred's layout), and
+    // the next reader adds them up in contributor order: launch_act_quant_deferred (the down
+    // projection's conversion) or launch_rmsnorm_quant_deferred (the norm of the residual an
+    // accumulating launch added to). Whole tiles are written as usual, the shared ones by that
+    // reader (CudaBackend::imma_defer_: 1 gate/up, 2, the default, also the accumulating launches).
+    bool defer = false;
+};
+
+// Where a deferred launch (ImmaArgs::defer) left a tile's sums: warp w's slot s (0: its first
+// tile, 1: its last) holds, for matrix mt (0 gate or the single matrix, 1 up), token t and row r
+// of the tile, partial[(2 w + s) * kSlotFloats + (8 mt + t) * 16 + r].
+struct ImmaDeferred {
+    static constexpr int kSlotFloats = 1024;  // imma_partial_floats<4, 2>(): the scratch's slot
+    float* out = nullptr;                     // whole tiles' silu(gate) * up, or sums added
+    const float* partial = nullptr;
+    int rows = 0, cols = 0;                   // of the gate (and up) matrix
+    int warps = 0;                            // the launch's warps (blocks * kImmaWarps)
+    bool pair = true;                         // fused gate/up (else an accumulating launch)
 };
 
 // Two imma matmuls over the same activations as one launch (imma_two.cuh): a.blocks + b.blocks
@@ -261,6 +280,15 @@ void launch_gemm_reduce(const float* partial, int splits, int64_t n, float* out,
 // xq needs act_quant_xq_bytes(cols) bytes, xe 8 * cols / 256 floats; cols a multiple of 256.
 size_t act_quant_xq_bytes(int cols);
 void launch_act_quant(const float* x, int T, int cols, uint2* xq, float* xe, cudaStream_t s);
+// The same conversion of a deferred gate/up launch's output (ImmaArgs::defer): a shared tile's
+// partial sums added in contributor order, then silu(gate) * up (also written into d.out); d.rows columns.
+void launch_act_quant_deferred(const ImmaDeferred& d, int T, uint2* xq, float* xe, cudaStream_t s);
+// Writes a deferred launch's shared tiles into d.out (for any other reader).
+void launch_imma_deferred_write(const ImmaDeferred& d, int T, cudaStream_t s);
+// launch_rmsnorm_quant of the residual d.out (x, rows x n, contiguous) that a deferred accumulating
+// launch added to: its shared tiles summed and added first, and written back into it.
+void launch_rmsnorm_quant_deferred(const ImmaDeferred& d, const float* w, int rows, int n, float eps, float* out,
+                                   uint2* xq, float* xe, cudaStream_t s);
 // Scratch of the imma kernels launched with `blocks` blocks.
 size_t imma_scratch_bytes(int blocks);
 
