@@ -27,7 +27,7 @@ double gemm_bound(int64_t cols, double sum_abs) {
 // A panel of cols columns in buf, 64-byte aligned as gemm_panel requires.
 float* aligned_panel(std::vector<float>& buf, int64_t cols) {
     buf.assign(static_cast<size_t>(kPanelRows * cols) + 16, 0.f);
-    return buf.data() + (16 - reinterpret_cast<uintptr_t>(buf.data()) / 4 % 16) % 16;
+    return align_panel(buf.data());
 }
 
 TEST(CpuGemmPanel, MatchesDoubleProductWithinBound) {

@@ -130,7 +130,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int T, float* out, bool
             std::vector<float>& buf = gemm_scratch_[static_cast<size_t>(thread)];
             if (buf.size() < 2 * block + 16) buf.resize(2 * block + 16);
             float* const decoded = buf.data();
-            float* const panel = decoded + block + (16 - reinterpret_cast<uintptr_t>(decoded + block) / 4 % 16) % 16;  // 64-byte aligned
+            float* const panel = align_panel(decoded + block);
             for (int64_t p = p0; p < p1; ++p) {
                 const int64_t r0 = p * kPanelRows;
                 const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, rows - r0));

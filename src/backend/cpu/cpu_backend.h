@@ -71,7 +71,7 @@ private:
     std::array<size_t, static_cast<size_t>(MemKind::count_)> in_use_{}, peak_{};
     std::vector<uint64_t> top_keys_;  // top_logits's working memory (a vocabulary's keys)
     // Working memory kept across calls (fresh vectors of a chunk's size were mapped, faulted in
-    // and zeroed in every call: ~2 % of a prefill for gdn_delta's alone): the prefill GEMM's per
+    // and zeroed in every call: ~4 % of a prefill for gdn_delta's alone): the prefill GEMM's per
     // pool thread (decoded rows, then their panel) and gdn_delta's normalised q and k.
     std::vector<std::vector<float>> gemm_scratch_;
     std::vector<float> gdn_qk_;

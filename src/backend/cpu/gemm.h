@@ -15,6 +15,10 @@ namespace df::cpu {
 
 inline constexpr int kPanelRows = 16;
 
+// The first 64-byte aligned float at or after p (a buffer with 16 floats to spare holds a
+// 64-byte aligned panel from there).
+inline float* align_panel(float* p) { return p + (16 - reinterpret_cast<uintptr_t>(p) / 4 % 16) % 16; }
+
 // panel[c * kPanelRows + r] = src[r * cols + c] for r < rows (<= kPanelRows), zeros for the rest.
 void pack_panel(const float* src, int rows, int64_t cols, float* panel);
 
