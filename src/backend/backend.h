@@ -229,8 +229,9 @@ public:
                                int n, float eps, float* out) = 0;
 
     // The GDN mixer after its projections: gdn_conv on qkv, gdn_delta into out, then
-    // gated_rmsnorm of out with z, in one call so that a backend may fuse them (qkv's contents
-    // are unspecified afterwards). out must not alias qkv or z.
+    // gated_rmsnorm of out with z, in one call so that a backend may fuse them (qkv's and z's
+    // contents are unspecified afterwards: the CUDA backend may leave parts of the matmuls that
+    // wrote them for the mixer to sum). out must not alias qkv or z.
     virtual void gdn_mix(float* qkv, const float* z, const float* alpha, const float* beta, const GdnLayer& l,
                          int T, const GdnShape& g, float eps, float* out) {
         gdn_conv(qkv, T, g, l.conv_w, l.conv_state);

@@ -250,5 +250,79 @@ TEST(CudaImma, DeferredSharedTilesAreSummedByTheNextReader) {
     for (const Weight* w : {&wg, &wu, &wd, &wo}) gpu.release(const_cast<void*>(w->data));
 }
 
+// Level 3 (the default): the GDN's q/k/v + z pair, one two-part launch, leaves its shared tiles
+// to the fused GDN step, which sums them as it loads its inputs. Against level 2 (the fix-up):
+// the mixer's outputs and states within a few ulps, the ssm_out matmul after it too; a token's
+// bits those of its one-token call; and the deferral visibly taken (the shared tiles of qkv are
+// never written: Backend::gdn_mix leaves qkv and z unspecified). For 4, 2 and 1 step blocks per
+// value head (their staging differs).
+TEST(CudaImma, DeferredGdnPairIsSummedByTheStep) {
+    DF_REQUIRE_CUDA();
+    Backend& gpu = *gpu_backend();
+    auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
+    auto g = test_rng();
+    const int n = 2560, Hk = 4, Hv = 8, D = 128, taps = 4, C = (2 * Hk + Hv) * D, inner = Hv * D;
+    const auto mq = random_matrix(Type::IQ2_XS, C, n, g), mz = random_matrix(Type::IQ2_XXS, inner, n, g),
+               ma = random_matrix(Type::Q8_0, Hv, n, g), mb = random_matrix(Type::Q8_0, Hv, n, g),
+               mo = random_matrix(Type::IQ2_S, n, inner, g);
+    const Weight wq = gpu.load_weight(Type::IQ2_XS, n, C, mq.data(), mq.size());
+    const Weight wz = gpu.load_weight(Type::IQ2_XXS, n, inner, mz.data(), mz.size());
+    const Weight wa = gpu.load_weight(Type::Q8_0, n, Hv, ma.data(), ma.size());
+    const Weight wb = gpu.load_weight(Type::Q8_0, n, Hv, mb.data(), mb.size());
+    const Weight wo = gpu.load_weight(Type::IQ2_S, inner, n, mo.data(), mo.size());
+    ASSERT_TRUE(cuda.matvec_on_tensor_cores(wq, 1) && cuda.matvec_on_tensor_cores(wz, 1) &&
+                cuda.matvec_on_tensor_cores(wo, 1));
+    Buf<float> conv_w(gpu, randn(g, static_cast<size_t>(C) * taps, 0.3f)), dt_bias(gpu, randn(g, Hv)),
+        a_neg(gpu, std::vector<float>(Hv, -2.f)), norm_w(gpu, randn(g, D));
+    const auto cs0 = randn(g, static_cast<size_t>(taps - 1) * C), ss0 = randn(g, static_cast<size_t>(Hv) * D * D, 0.1f);
+    const GdnShape shape{Hk, Hv, D, taps};
+    const int T = 5;
+    const auto h = randn(g, static_cast<size_t>(T) * n);
+    struct Out {
+        std::vector<float> y, o, cs, ss, qkv;
+    };
+    const int was = cuda.imma_defer(), split_was = cuda.gdn_split();
+    auto run = [&](int defer, int tokens) {
+        cuda.set_imma_defer(defer);
+        Buf<float> xb(gpu, std::vector<float>(h.begin(), h.begin() + static_cast<size_t>(tokens) * n));
+        Buf<float> qkv(gpu, static_cast<size_t>(tokens) * C), z(gpu, static_cast<size_t>(tokens) * inner),
+            al(gpu, static_cast<size_t>(tokens) * Hv), be(gpu, static_cast<size_t>(tokens) * Hv),
+            y(gpu, static_cast<size_t>(tokens) * inner), o(gpu, static_cast<size_t>(tokens) * n), cs(gpu, cs0), ss(gpu, ss0);
+        for (auto* b : {&qkv, &z, &y, &o}) b->poison();
+        const GdnLayer layer{conv_w.p(), dt_bias.p(), a_neg.p(), norm_w.p(), cs.p(), ss.p()};
+        gpu.matmul(wq, xb.p(), tokens, qkv.p());
+        gpu.matmul(wz, xb.p(), tokens, z.p());
+        gpu.matmul(wa, xb.p(), tokens, al.p());
+        gpu.matmul(wb, xb.p(), tokens, be.p());
+        gpu.gdn_mix(qkv.p(), z.p(), al.p(), be.p(), layer, tokens, shape, 1e-6f, y.p());
+        gpu.matmul(wo, y.p(), tokens, o.p());
+        Out r{y.get(), o.get(), cs.get(), ss.get(), qkv.get()};
+        cuda.set_imma_defer(was);
+        return r;
+    };
+    auto near = [](const std::vector<float>& a, const std::vector<float>& b, float rel) {
+        float top = 0;
+        for (float v : b) top = std::max(top, std::fabs(v));
+        return all_close(a, b, std::vector<float>(b.size(), rel * top));
+    };
+    auto any_nan = [](const std::vector<float>& v) { return std::any_of(v.begin(), v.end(), [](float x) { return std::isnan(x); }); };
+    for (const int split : {4, 2, 1}) {  // the step's blocks per value head (its kernels differ)
+        SCOPED_TRACE("blocks per head " + std::to_string(split));
+        cuda.set_gdn_split(split);
+        const Out ref = run(2, T), got = run(3, T), one = run(3, 1);
+        EXPECT_FALSE(any_nan(ref.qkv)) << "level 2 writes every tile of qkv";
+        EXPECT_TRUE(any_nan(got.qkv)) << "level 3 leaves qkv's shared tiles to the step";
+        EXPECT_TRUE(near(got.y, ref.y, 1e-4f)) << "the mixer's outputs";
+        EXPECT_TRUE(near(got.o, ref.o, 1e-4f)) << "ssm_out after it";
+        EXPECT_TRUE(near(got.cs, ref.cs, 1e-5f)) << "the conv state";
+        EXPECT_TRUE(near(got.ss, ref.ss, 1e-4f)) << "the delta state";
+        EXPECT_FALSE(any_nan(got.y) || any_nan(got.o) || any_nan(got.cs) || any_nan(got.ss));
+        EXPECT_EQ(0, std::memcmp(one.y.data(), got.y.data(), static_cast<size_t>(inner) * 4)) << "token 0 as its own call";
+        EXPECT_EQ(0, std::memcmp(one.o.data(), got.o.data(), static_cast<size_t>(n) * 4)) << "token 0 as its own call";
+    }
+    cuda.set_gdn_split(split_was);
+    for (const Weight* w : {&wq, &wz, &wa, &wb, &wo}) gpu.release(const_cast<void*>(w->data));
+}
+
 }  // namespace
 }  // namespace df::test

@@ -1,5 +1,7 @@
 // Activations for the integer tensor-core matvec (imma.cuh): per token and 256-column unit, a
 // power-of-two exponent and four int8 limbs per element, stored as the kernels' B fragments.
+#include <cstdlib>
+
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/imma_deferred.cuh"
 #include "backend/cuda/launch.cuh"
@@ -20,11 +22,12 @@ __global__ void __launch_bounds__(256) act_quant_kernel(const float* x, int cols
 }
 
 // Writes a deferred launch's shared tiles into its output as floats (so that any later reader
-// finds the whole output), and with kConvert also converts it as launch_act_quant does.
+// finds the whole output), and with kConvert also converts it as launch_act_quant does. A warp
+// per (unit, token), blockDim.x / 32 units a block.
 template <bool kConvert>
 __global__ void __launch_bounds__(256) deferred_kernel(const ImmaDeferred d, uint2* xq, float* xe) {
     pdl_begin();
-    const int lane = threadIdx.x & 31, unit = blockIdx.x * 8 + (threadIdx.x >> 5), tok = blockIdx.y;
+    const int lane = threadIdx.x & 31, unit = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), tok = blockIdx.y;
     const int n_units = d.rows / kImmaUnit;
     if (unit >= n_units) return;
     const int e0 = unit * kImmaUnit + 8 * lane;
@@ -49,7 +52,12 @@ void launch_act_quant_deferred(const ImmaDeferred& d, int T, uint2* xq, float* x
     DF_CUDA_REQUIRE(T >= 1 && T <= 8 && d.rows > 0 && d.rows % kImmaUnit == 0 && d.cols % kImmaUnit == 0 && d.warps > 0,
                     "act_quant (deferred): T in 1..8, rows and cols multiples of 256");
     DF_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(d.out) % 16 == 0 && d.partial, "act_quant (deferred): out 16-byte aligned, scratch");
-    launch(deferred_kernel<true>, dim3((d.rows / kImmaUnit + 7) / 8, T), 256, 0, s, d, xq, xe);
+    static const int warps = [] {  // DF_CUDA_DEFER_CONVERT_WARPS=1/2/4/8: units a block (A/B runs)
+        const char* e = std::getenv("DF_CUDA_DEFER_CONVERT_WARPS");
+        const int w = e ? std::atoi(e) : 8;
+        return w == 1 || w == 2 || w == 4 ? w : 8;
+    }();
+    launch(deferred_kernel<true>, dim3((d.rows / kImmaUnit + warps - 1) / warps, T), 32 * warps, 0, s, d, xq, xe);
 }
 
 void launch_imma_deferred_write(const ImmaDeferred& d, int T, cudaStream_t s) {

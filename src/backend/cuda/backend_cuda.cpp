@@ -115,7 +115,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* g = std::getenv("DF_CUDA_GDN_SPLIT")) gdn_split_ = std::atoi(g);
     if (const char* g = std::getenv("DF_CUDA_GDN_LATE")) gdn_late_ = std::string(g) == "1";
     if (const char* l = std::getenv("DF_CUDA_LANES")) lanes_ = std::string(l) != "0";
-    if (const char* d = std::getenv("DF_CUDA_IMMA_DEFER")) imma_defer_ = std::clamp(std::atoi(d), 0, 2);
+    if (const char* d = std::getenv("DF_CUDA_IMMA_DEFER")) imma_defer_ = std::clamp(std::atoi(d), 0, 3);
     if (const char* w = std::getenv("DF_CUDA_MATVEC_WPR")) {  // for A/B runs
         const int n = std::atoi(w);
         if (n == 1 || n == 2 || n == 4 || n == 8) matvec_wpr_ = n;
@@ -755,7 +755,20 @@ void CudaBackend::run_imma_two(ImmaTwoFn fn, const int* unit_of, const int (&two
     const double ba = static_cast<double>(m[0]->w.bytes), bb = static_cast<double>(m[1]->w.bytes);
     a.blocks = std::clamp(static_cast<int>(total * ba / (ba + bb) + 0.5), 1, total - 1);
     b.blocks = total - a.blocks;
+    // The GDN step about to read both outputs (gdn_mix's step_reads_) sums their shared tiles.
+    const StepReads& r = step_reads_;
+    const int q = m[0]->out == r.qkv && m[1]->out == r.z ? 0 : m[1]->out == r.qkv && m[0]->out == r.z ? 1 : -1;
+    const bool defer = imma_defer_ >= 3 && r.qkv && q >= 0 && pending_T_ == r.T && !a.accumulate && !b.accumulate &&
+                       a.w.rows % 16 == 0 && b.w.rows % 16 == 0;
+    a.defer = b.defer = defer;
     fn(a, b, stream_);
+    if (defer) {
+        auto parts = [](const ImmaArgs& x) {
+            return ImmaDeferred{x.out, x.partial, x.w.rows, x.w.cols, x.blocks * kImmaWarps, false, false};
+        };
+        step_parts_[q] = parts(a);
+        step_parts_[1 - q] = parts(b);
+    }
 }
 
 // Whether pending matmul b may share a's f32 matvec launch: same layout and accumulation, rows
@@ -1133,7 +1146,14 @@ void CudaBackend::gdn_mix(float* qkv, const float* z, const float* alpha, const 
         Backend::gdn_mix(qkv, z, alpha, beta, l, T, g, eps, out);
         return;
     }
+    step_reads_ = {qkv, z, T};
     op_start();
+    step_reads_ = {};
+    if (step_parts_[0].out) {
+        a.qkv_parts = step_parts_[0];
+        a.z_parts = step_parts_[1];
+        step_parts_[0] = step_parts_[1] = {};
+    }
     // Decode: the imma matvec that reads `out` next (ssm_out) finds it converted already.
     const int cols = g.v_heads * g.head_dim;
     const bool convert = imma_ && cols <= xq_cols_;

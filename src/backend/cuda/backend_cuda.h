@@ -125,14 +125,21 @@ public:
         fold_norm_ = on;
     }
     bool fold_norm() const { return fold_norm_; }
-    // ImmaArgs::defer's reach (DF_CUDA_IMMA_DEFER): 0 off, 1 the fused gate/up, 2 (the default)
-    // also the accumulating launches on the main stream. For tests and A/B runs.
+    // ImmaArgs::defer's reach (DF_CUDA_IMMA_DEFER): 0 off, 1 the fused gate/up, 2 also the
+    // accumulating launches on the main stream, 3 (the default) also the GDN's q/k/v + z pair
+    // read by the fused GDN step. For tests and A/B runs.
     void set_imma_defer(int level) {
         flush();
         settle_deferred();
         imma_defer_ = level;
     }
     int imma_defer() const { return imma_defer_; }
+    // The fused GDN step's blocks per value head (1, 2 or 4; DF_CUDA_GDN_SPLIT). For tests.
+    void set_gdn_split(int blocks) {
+        flush();
+        gdn_split_ = blocks;
+    }
+    int gdn_split() const { return gdn_split_; }
     bool gemm_on_exact_f16(const Weight& w, int T) const { return use_qgemm(w, T); }
     // Launches the held-back matmuls and attention prep (every op and memory call does this first).
     void flush();
@@ -202,10 +209,20 @@ private:
     // gate/up; 0: the stream-K fix-up everywhere). Any other reader, or a launch that would reuse
     // the scratch, first gets them written out (settle_deferred: op_start, download, synchronize,
     // flush_matmuls, ffn_gate_up). 27B decode +5.8 % (session 50, H100).
-    int imma_defer_ = 2;
+    int imma_defer_ = 3;
     ImmaDeferred deferred_{};
     int deferred_T_ = 0;
     void settle_deferred();
+    // Level 3: gdn_mix names its inputs before its op_start flushes their matmuls; a two-part
+    // imma launch writing exactly those leaves both parts' shared tiles to the GDN step
+    // (GdnStepArgs::qkv_parts), which has them at once (nothing runs in between).
+    struct StepReads {
+        const float* qkv = nullptr;
+        const float* z = nullptr;
+        int T = 0;
+    };
+    StepReads step_reads_{};
+    ImmaDeferred step_parts_[2]{};  // qkv's, z's
     // Flushes and forgets the current conversion: every op but rmsnorm/matmul/ffn_gate_up.
     void op_start();
     ImmaArgs imma_args(const Weight& w, const uint8_t* up, int T, float* out, bool accumulate, cudaStream_t s) const;

@@ -12,7 +12,8 @@
 // The q/k conv of key head j % Hk is run by the B Hv / Hk blocks of its value heads, which all
 // read the old conv state: the last of them to have read it (a counter per key head) writes the
 // new one. (Clusters of whole key heads, 6 to 12 blocks on the 27B, waited ~2 us longer for
-// free SMs and left the step no faster.)
+// free SMs and left the step no faster.) After a deferred q/k/v + z launch (GdnStepArgs::
+// qkv_parts) the step sums the tiles several warps shared as it loads its inputs.
 #include <cooperative_groups.h>
 
 #include "backend/cuda/act_quant.cuh"
@@ -20,6 +21,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gdn_math.cuh"
 #include "backend/cuda/gdn_step.h"
+#include "backend/cuda/imma_deferred.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/norm_sum.cuh"
 
@@ -39,8 +41,10 @@ DF_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.alig
 DF_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 // B blocks per value head, block b taking the value columns b D / B + warp + 8 i; clusters of 2B.
-// kLanes: a batched pass, the sequence's rows and state from a.lane[blockIdx.y].
-template <int kTaps, int B, bool kLanes>
+// kLanes: a batched pass, the sequence's rows and state from a.lane[blockIdx.y]. kParts: qkv and z
+// from a deferred imma launch's parts (a.qkv_parts; an instantiation of its own, as its staging
+// takes registers: 128 against 102 for B = 4).
+template <int kTaps, int B, bool kLanes, bool kParts>
 __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStepArgs a) {
     if (!a.late_trigger) pdl_trigger();
     GdnStepLane L;
@@ -91,15 +95,20 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
 
     // Loads in the order they are needed: the conv's inputs (which gate everything else), alpha
     // and beta, then the state of the warp's columns c0 + warp + 8 i and z (used after the conv
-    // and the norms).
+    // and the norms). Deferred inputs (kParts) are staged in xc instead.
+    static_assert(!(kLanes && kParts), "deferred inputs are a lone sequence's");
+    // The state is loaded before the staging where its registers leave room (B = 4: 16 a
+    // thread), else requested into L1 first and loaded after it (B = 2, 1 spilled otherwise).
+    constexpr bool kStateFirst = !kParts || kCols * NPL <= 16;
     float x[kChPer][kStepMaxT], win[kChPer][kTaps];
 #pragma unroll
     for (int m = 0; m < kChPer; ++m) {
         const int i = tid + kStepThreads * m;
         if (i >= kCh) continue;
         const int c = chan(i);
+        if constexpr (!kParts)
 #pragma unroll
-        for (int t = 0; t < kStepMaxT; ++t) x[m][t] = t < T ? L.qkv[static_cast<int64_t>(t) * C + c] : 0.f;
+            for (int t = 0; t < kStepMaxT; ++t) x[m][t] = t < T ? L.qkv[static_cast<int64_t>(t) * C + c] : 0.f;
 #pragma unroll
         for (int k = 0; k < kTaps - 1; ++k) win[m][k] = L.conv_state[static_cast<int64_t>(k) * C + c];
     }
@@ -107,16 +116,54 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
     const float beta_raw = tid < T ? L.beta[static_cast<int64_t>(tid) * Hv + j] : 0.f;
     float* S = L.state + static_cast<int64_t>(j) * D * D;
     float s[kCols][NPL];
+    auto load_state = [&] {
 #pragma unroll
-    for (int i = 0; i < kCols; ++i)
+        for (int i = 0; i < kCols; ++i)
 #pragma unroll
-        for (int m = 0; m < NPL; ++m) s[i][m] = S[(c0 + warp + kStepWarps * i) * D + m * 32 + lane];
-    if (gather) {  // z of the pair's unit for every token
+            for (int m = 0; m < NPL; ++m) s[i][m] = S[(c0 + warp + kStepWarps * i) * D + m * 32 + lane];
+    };
+    if constexpr (kStateFirst) load_state();
+    if (gather && !kParts) {  // z of the pair's unit for every token
         for (int i = tid; i < 64 * T; i += kStepThreads) {
             const int t = i / 64, e = 4 * (i % 64);
             cp_async<16>(&zs[t][e], L.z + (static_cast<int64_t>(t) * units + j / 2) * 256 + e);
         }
         cp_async_commit();
+    }
+    if constexpr (kParts) {
+        // The block's channels 8 at a time (8 rows of one 16-row tile) into xc[t][part][e],
+        // where the conv below reads and overwrites them (each channel by its own thread), and
+        // the gatherer's z unit into zs: one index space, so that z's loads go out beside q/k/v's.
+        if constexpr (!kStateFirst)
+#pragma unroll
+            for (int i = 0; i < kCols; ++i)
+#pragma unroll
+                for (int m = 0; m < NPL; ++m)
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"(S + (c0 + warp + kStepWarps * i) * D + m * 32 + lane));
+        constexpr int kGroups = kCh / 8;
+        static_assert(kCh % 8 == 0 && kSlice % 8 == 0, "channel groups of 8 stay within a part");
+        const int items = (kGroups + (gather ? 32 : 0)) * T;
+        for (int i = tid; i < items; i += kStepThreads) {
+            float v[8];
+            bool whole;
+            if (i < kGroups * T) {
+                const int t = i / kGroups, ci = 8 * (i % kGroups);
+                deferred_rows<true>(a.qkv_parts, t, chan(ci), v, whole);
+                store8<true>(&xc[t][ci / D][ci % D], v);
+            } else {
+                const int t = (i - kGroups * T) / 32, e = 8 * ((i - kGroups * T) % 32);
+                deferred_rows<true>(a.z_parts, t, (j / 2) * 256 + e, v, whole);
+                store8<true>(&zs[t][e], v);
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < kChPer; ++m) {
+            const int i = tid + kStepThreads * m;
+#pragma unroll
+            for (int t = 0; t < kStepMaxT; ++t) x[m][t] = t < T && i < kCh ? xc[t][i / D][i % D] : 0.f;
+        }
+        if constexpr (!kStateFirst) load_state();
     }
 
     trace_phase(1);  // everything requested
@@ -273,6 +320,14 @@ bool gdn_step_fits(const GdnStepArgs& a) {
     };
     if (a.head_dim != kStepD || a.taps != kStepTaps || !a.counters) return false;
     if (a.k_heads <= 0 || a.v_heads % 2 != 0 || a.v_heads % a.k_heads != 0) return false;
+    if (!a.qkv_parts.out != !a.z_parts.out) return false;
+    if (a.qkv_parts.out) {  // one-matrix outputs of T rows: qkv [T, C], z [T, Hv D]
+        const ImmaDeferred &q = a.qkv_parts, &z = a.z_parts;
+        if (a.lanes != 0 || q.out != a.qkv || z.out != a.z || q.pair || z.pair || q.add || z.add || !q.partial ||
+            !z.partial || q.rows != (2 * a.k_heads + a.v_heads) * kStepD || z.rows != a.v_heads * kStepD ||
+            q.cols <= 0 || q.cols % 256 != 0 || z.cols != q.cols || q.warps <= 0 || z.warps <= 0)
+            return false;
+    }
     if (a.lanes == 0) return a.k_heads <= a.counter_count && lane_fits(a.T, a.z, a.out);
     if (a.lanes < 0 || a.lanes > kGdnStepMaxLanes || a.k_heads * a.lanes > a.counter_count || a.xq) return false;
     for (int i = 0; i < a.lanes; ++i)
@@ -283,9 +338,11 @@ bool gdn_step_fits(const GdnStepArgs& a) {
 template <int B>
 void gdn_step_launch(const GdnStepArgs& a, cudaStream_t s) {
     if (a.lanes > 0)
-        launch_cluster(gdn_step_kernel<kStepTaps, B, true>, dim3(a.v_heads * B, a.lanes), kStepThreads, 0, s, 2 * B, a);
+        launch_cluster(gdn_step_kernel<kStepTaps, B, true, false>, dim3(a.v_heads * B, a.lanes), kStepThreads, 0, s, 2 * B, a);
+    else if (a.qkv_parts.out)
+        launch_cluster(gdn_step_kernel<kStepTaps, B, false, true>, a.v_heads * B, kStepThreads, 0, s, 2 * B, a);
     else
-        launch_cluster(gdn_step_kernel<kStepTaps, B, false>, a.v_heads * B, kStepThreads, 0, s, 2 * B, a);
+        launch_cluster(gdn_step_kernel<kStepTaps, B, false, false>, a.v_heads * B, kStepThreads, 0, s, 2 * B, a);
 }
 
 void launch_gdn_step(const GdnStepArgs& a, cudaStream_t s) {

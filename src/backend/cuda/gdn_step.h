@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/kernels.h"
+
 namespace df::cuda {
 
 // The results of launch_gdn_conv, launch_gdn_delta and launch_gated_rmsnorm_quant (with xq null:
@@ -45,6 +47,10 @@ struct GdnStepArgs {
     unsigned* counters = nullptr;    // counter_count >= Hk, zero (and left zero)
     int counter_count = 0;
     bool late_trigger = false;       // let the next kernel launch only once the outputs are near
+    // qkv and z as a deferred imma launch left them (ImmaArgs::defer, out = qkv / z; both or
+    // neither): the tiles several warps shared are summed from their parts as they are loaded,
+    // and not written back (qkv and z have no other reader). Not with lanes.
+    ImmaDeferred qkv_parts{}, z_parts{};
     // A batched pass (lanes > 0): lane[i] replaces qkv .. out and T for the blocks at
     // blockIdx.y = i, each with its own Hk counters (counters + i Hk); no xq. One launch instead
     // of one per sequence, each lane's bits those of its own call.

@@ -153,12 +153,14 @@ struct ImmaArgs {
     float* partial = nullptr;      // per-stream scratch of imma_scratch_bytes(blocks)
     unsigned* counters = nullptr;  // per-stream, one per 16-row tile, zero between calls
     const ImmaTables* itables = nullptr;
-    // A tile shared by several warps is not fixed up here (the fused gate/up, or an accumulating
-    // launch): each contributor stores its limb-recombined sums (ImmaDeferred's layout), and
-    // the next reader adds them up in contributor order: launch_act_quant_deferred (the down
-    // projection's conversion) or launch_rmsnorm_quant_deferred (the norm of the residual an
-    // accumulating launch added to). Whole tiles are written as usual, the shared ones by that
-    // reader (CudaBackend::imma_defer_: 1 gate/up, 2, the default, also the accumulating launches).
+    // A tile shared by several warps is not fixed up here (the fused gate/up, an accumulating
+    // launch, the GDN's q/k/v + z pair): each contributor stores its limb-recombined sums
+    // (ImmaDeferred's layout), and the next reader adds them up in contributor order:
+    // launch_act_quant_deferred (the down projection's conversion), launch_rmsnorm_quant_deferred
+    // (the norm of the residual an accumulating launch added to) or launch_gdn_step
+    // (GdnStepArgs::qkv_parts). Whole tiles are written as usual, the shared ones by that reader
+    // (CudaBackend::imma_defer_: 1 gate/up, 2 also the accumulating launches, 3, the default,
+    // also the GDN pair).
     bool defer = false;
 };
 
@@ -171,7 +173,8 @@ struct ImmaDeferred {
     const float* partial = nullptr;
     int rows = 0, cols = 0;                   // of the gate (and up) matrix
     int warps = 0;                            // the launch's warps (blocks * kImmaWarps)
-    bool pair = true;                         // fused gate/up (else an accumulating launch)
+    bool pair = true;                         // fused gate/up (else one matrix's outputs)
+    bool add = true;                          // (one matrix) sums added to out's values, else they are the values
 };
 
 // Two imma matmuls over the same activations as one launch (imma_two.cuh): a.blocks + b.blocks
