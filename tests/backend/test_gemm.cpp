@@ -24,33 +24,43 @@ double gemm_bound(int64_t cols, double sum_abs) {
     return k * u / (1 - k * u) * sum_abs;
 }
 
-// A panel of cols columns in buf, 64-byte aligned as gemm_panel requires.
-float* aligned_panel(std::vector<float>& buf, int64_t cols) {
-    buf.assign(static_cast<size_t>(kPanelRows * cols) + 16, 0.f);
-    return align_panel(buf.data());
+std::vector<float> randn(size_t n, std::mt19937& rng) {
+    std::normal_distribution<float> normal;
+    std::vector<float> v(n);
+    for (auto& x : v) x = normal(rng);
+    return v;
 }
+
+// A random rows x cols matrix w and its panel, packed 64-byte aligned as gemm_panel requires.
+struct Panel {
+    std::vector<float> w, buf;
+    float* packed;
+    Panel(int rows, int64_t cols, std::mt19937& rng)
+        : w(randn(static_cast<size_t>(rows * cols), rng)), buf(static_cast<size_t>(kPanelRows * cols) + 16, 0.f),
+          packed(align_panel(buf.data())) {
+        pack_panel(w.data(), rows, cols, packed);
+    }
+    Panel(const Panel&) = delete;  // packed points into buf
+    Panel& operator=(const Panel&) = delete;
+};
 
 TEST(CpuGemmPanel, MatchesDoubleProductWithinBound) {
     std::mt19937 rng(4242);
     std::normal_distribution<float> normal;
     for (int rows : {16, 13, 1}) {
         for (int64_t cols : {1, 7, 64, 1100}) {
-            std::vector<float> w(static_cast<size_t>(rows * cols));
-            for (auto& v : w) v = normal(rng);
-            std::vector<float> buf;
-            float* panel = aligned_panel(buf, cols);
-            pack_panel(w.data(), rows, cols, panel);
+            const Panel pw(rows, cols, rng);
+            const std::vector<float>& w = pw.w;
             for (int T : {1, 5, 6, 7, 13}) {
                 for (bool acc : {false, true}) {
                     SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " T " + std::to_string(T) +
                                  (acc ? " accumulate" : ""));
                     const int64_t xs = cols + 3, os = rows + 5;
-                    std::vector<float> x(static_cast<size_t>(xs * T));
-                    for (auto& v : x) v = normal(rng);
+                    const std::vector<float> x = randn(static_cast<size_t>(xs * T), rng);
                     std::vector<float> out(static_cast<size_t>(os * T), std::numeric_limits<float>::quiet_NaN()), y0(out);
                     for (int t = 0; t < T; ++t)
                         for (int r = 0; r < rows; ++r) out[t * os + r] = y0[t * os + r] = acc ? normal(rng) : 0.f;
-                    gemm_panel(panel, rows, cols, x.data(), xs, T, out.data(), os, acc);  // the default: AVX-512 where present
+                    gemm_panel(pw.packed, rows, cols, x.data(), xs, T, out.data(), os, acc);  // the default: AVX-512 where present
                     for (int t = 0; t < T; ++t) {
                         for (int r = 0; r < rows; ++r) {
                             double exact = acc ? y0[t * os + r] : 0.0, mag = std::fabs(exact);
@@ -80,22 +90,17 @@ TEST(CpuGemmPanel, Avx512GivesTheAvx2Bits) {
     std::normal_distribution<float> normal;
     for (int rows : {16, 11}) {
         for (int64_t cols : {3, 64, 65, 1000}) {
-            std::vector<float> w(static_cast<size_t>(rows * cols));
-            for (auto& v : w) v = normal(rng);
-            std::vector<float> buf;
-            float* panel = aligned_panel(buf, cols);
-            pack_panel(w.data(), rows, cols, panel);
+            const Panel pw(rows, cols, rng);
             for (int T : {1, 2, 6, 15, 16, 17, 33, 130}) {
                 for (bool acc : {false, true}) {
                     SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " T " + std::to_string(T));
                     const int64_t xs = cols + 1, os = rows + 2;
-                    std::vector<float> x(static_cast<size_t>(xs * T));
-                    for (auto& v : x) v = normal(rng);
+                    const std::vector<float> x = randn(static_cast<size_t>(xs * T), rng);
                     std::vector<float> a(static_cast<size_t>(os * T));
                     for (auto& v : a) v = acc ? normal(rng) : std::numeric_limits<float>::quiet_NaN();
                     std::vector<float> b(a);
-                    gemm_panel(panel, rows, cols, x.data(), xs, T, a.data(), os, acc, GemmIsa::avx2);
-                    gemm_panel(panel, rows, cols, x.data(), xs, T, b.data(), os, acc, GemmIsa::avx512);
+                    gemm_panel(pw.packed, rows, cols, x.data(), xs, T, a.data(), os, acc, GemmIsa::avx2);
+                    gemm_panel(pw.packed, rows, cols, x.data(), xs, T, b.data(), os, acc, GemmIsa::avx512);
                     ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));  // NaN pads included
                 }
             }
