@@ -475,6 +475,10 @@ void CudaBackend::embed(const Weight& w, const Step& s, float* out) {
 namespace {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool overlap(const float* a, const float* b, int64_t n) { return a < b + n && b < a + n; }
+// Where deferred launch a (ImmaArgs::defer) left its shared tiles, for their reader.
+ImmaDeferred deferred_of(const ImmaArgs& a, bool pair, bool add) {
+    return {a.out, a.partial, a.w.rows, a.w.cols, a.blocks * kImmaWarps, pair, add};
+}
 }  // namespace
 
 void CudaBackend::fold_into(MatvecArgs& a, const PendingNorm& n, bool write) {
@@ -763,11 +767,8 @@ void CudaBackend::run_imma_two(ImmaTwoFn fn, const int* unit_of, const int (&two
     a.defer = b.defer = defer;
     fn(a, b, stream_);
     if (defer) {
-        auto parts = [](const ImmaArgs& x) {
-            return ImmaDeferred{x.out, x.partial, x.w.rows, x.w.cols, x.blocks * kImmaWarps, false, false};
-        };
-        step_parts_[q] = parts(a);
-        step_parts_[1 - q] = parts(b);
+        step_parts_[q] = deferred_of(a, false, false);
+        step_parts_[1 - q] = deferred_of(b, false, false);
     }
 }
 
@@ -829,7 +830,7 @@ void CudaBackend::run_matmul(const Weight& w, const float* x, int T, float* out,
         a.defer = imma_defer_ >= 2 && accumulate && s == stream_ && w.rows % 256 == 0 && aligned16(out);
         ops.imma(a, s);
         if (a.defer) {
-            deferred_ = {out, a.partial, static_cast<int>(w.rows), static_cast<int>(w.cols), a.blocks * kImmaWarps, false};
+            deferred_ = deferred_of(a, false, true);
             deferred_T_ = T;
         }
     } else if (T <= 8) {
@@ -881,7 +882,7 @@ void CudaBackend::ffn_gate_up(const Weight& wg, const Weight& wu, const float* x
         a.defer = imma_defer_ >= 1 && wg.rows % 256 == 0 && aligned16(out);
         ops_for(wg).imma(a, stream_);
         if (a.defer) {
-            deferred_ = {out, a.partial, static_cast<int>(wg.rows), static_cast<int>(wg.cols), a.blocks * kImmaWarps, true};
+            deferred_ = deferred_of(a, true, true);
             deferred_T_ = T;
         }
         return;

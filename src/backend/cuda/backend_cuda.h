@@ -205,8 +205,8 @@ private:
     void quantize_activations(const float* x, int T, int cols, cudaStream_t s);
     // The fused imma gate/up leaves its shared tiles' partial sums in its scratch
     // (ImmaArgs::defer) and the conversion for the down projection adds them up; so do the
-    // accumulating imma launches on the main stream, for the RMSNorm after them (level 2; 1: only
-    // gate/up; 0: the stream-K fix-up everywhere). Any other reader, or a launch that would reuse
+    // accumulating imma launches on the main stream, for the RMSNorm after them (from level 2;
+    // set_imma_defer lists the levels). Any other reader, or a launch that would reuse
     // the scratch, first gets them written out (settle_deferred: op_start, download, synchronize,
     // flush_matmuls, ffn_gate_up). 27B decode +5.8 % (session 50, H100).
     int imma_defer_ = 3;

@@ -169,9 +169,9 @@ struct ImmaArgs {
 // of the tile, partial[(2 w + s) * kSlotFloats + (8 mt + t) * 16 + r].
 struct ImmaDeferred {
     static constexpr int kSlotFloats = 1024;  // imma_partial_floats<4, 2>(): the scratch's slot
-    float* out = nullptr;                     // whole tiles' silu(gate) * up, or sums added
+    float* out = nullptr;                     // the launch's output, its whole tiles written
     const float* partial = nullptr;
-    int rows = 0, cols = 0;                   // of the gate (and up) matrix
+    int rows = 0, cols = 0;                   // of the matrix (the gate's, for a pair)
     int warps = 0;                            // the launch's warps (blocks * kImmaWarps)
     bool pair = true;                         // fused gate/up (else one matrix's outputs)
     bool add = true;                          // (one matrix) sums added to out's values, else they are the values
