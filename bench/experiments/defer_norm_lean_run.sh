@@ -10,21 +10,24 @@
 #   DF_CUDA_DEFER_NORM_LEAN  1: the instantiation for the case at hand (one unit a warp, an
 #                            accumulating single matrix: 108 registers and 955 PTX instructions
 #                            against 144 and 2,089)
+#   DF_CUDA_DEFER_CONVERT_LEAN 1: down's conversion instantiated for the gate/up pair's output
+#                            (103 registers against 112)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/df-out}; mkdir -p "$out"
 scripts/device.sh run info
 export LD_LIBRARY_PATH=/tmp/dfbin/lib
 T=/tmp/dfbin/test_cuda D=/tmp/dfbin/diskformer p=saluki-27b-iq2mix
-for env in "DF_CUDA_DEFER_NORM_TAIL=0" "DF_CUDA_DEFER_NORM_LEAN=1 DF_CUDA_DEFER_NORM_TAIL=3"; do
+lean="DF_CUDA_DEFER_NORM_LEAN=1 DF_CUDA_DEFER_NORM_TAIL=3 DF_CUDA_DEFER_CONVERT_LEAN=1"
+for env in "DF_CUDA_DEFER_NORM_TAIL=0" "$lean"; do
     echo "== tests, $env (golden NMSE lines must equal the first run's: the same bits)"
     env $env timeout 150 $T --gtest_brief=1 --gtest_filter='CudaImma.*:CudaModel.*' 2>&1 | tee -a "$out/tests.log" |
         grep -E "PASSED|FAILED|Failure|cuda golden.*(stepwise|chunked)"
 done
 [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
 scripts/ab_decode.sh $p 3 "-" "DF_CUDA_DEFER_NORM_TAIL=1" "DF_CUDA_DEFER_NORM_TAIL=2" "DF_CUDA_DEFER_NORM_TAIL=3" \
-    "DF_CUDA_DEFER_NORM_LEAN=1" "DF_CUDA_DEFER_NORM_LEAN=1 DF_CUDA_DEFER_NORM_TAIL=3" | tee "$out/ab27.log"
-for env in "DF_CUDA_DEFER_NORM_TAIL=0" "DF_CUDA_DEFER_NORM_LEAN=1 DF_CUDA_DEFER_NORM_TAIL=3"; do
-    OUT=$out/kp_${env//[ =]/_} env $env KERNEL_PROFILE=$p:1:rmsnorm_deferred:4 scripts/device.sh run kernel-profile
+    "DF_CUDA_DEFER_NORM_LEAN=1" "DF_CUDA_DEFER_CONVERT_LEAN=1" "$lean" | tee "$out/ab27.log"
+for env in "DF_CUDA_DEFER_NORM_TAIL=0" "$lean"; do
+    OUT=$out/kp_${env//[ =]/_} env $env KERNEL_PROFILE="$p:1:rmsnorm_deferred:4 $p:1:(^|[^_])deferred_kernel:4" scripts/device.sh run kernel-profile
 done
 echo "== done at $SECONDS s"
