@@ -109,6 +109,8 @@ run() {
     cp -r tests/golden/quant /work/shared/golden/
     cp tests/golden/models/* /work/shared/golden/models/
     cp .carry/golden/* /work/shared/golden/models/ 2>/dev/null || true
+    # The tests call whatever lies there the FULL set: say which models it holds.
+    echo "golden models here: $(cd /work/shared/golden/models && ls -- *.gguf | sed 's/\.gguf$//' | tr '\n' ' ')"
     local T=/tmp/dfbin/test_cuda D=/tmp/dfbin/diskformer
     case ",$phases," in *,info,*)
         nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total,power.limit --format=csv
