@@ -120,8 +120,12 @@ run() {
         $T --gtest_brief=1 --gtest_filter='-CudaModel.*' 2>&1 | tee "$out/tests.log" | tail -n 40
         ;; esac
     case ",$phases," in *,sanitize,*)
-        echo "== compute-sanitizer memcheck over the CUDA tests (about a minute)"
+        # The kernel tests (55 s under memcheck, session 53). Not the model tests: with them the
+        # run did not end in the ~5 minutes a call had left, and CudaModel.BatchedStepsEqualLoneSteps
+        # (threads' steps must meet in a pass: timing) saw none on 5 of its 6 models there.
+        echo "== compute-sanitizer memcheck over the CUDA kernel tests (about a minute)"
         "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" --error-exitcode 1 --print-limit 10 $T --gtest_brief=1 \
+            --gtest_filter='-CudaModel.*:CudaBench.*' \
             2>&1 | tee "$out/sanitize.log" | grep -vE "^.cuda golden" | tail -n 15
         ;; esac
     case ",$phases," in *,golden,*)

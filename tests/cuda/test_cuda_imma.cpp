@@ -185,13 +185,14 @@ TEST(CudaImma, TakenByTheIqAndKTypesForUpToEightTokens) {
 // accumulating down projection. Its results equal the fix-up's up to the order in which a
 // contributor's limbs are recombined, every row of a T-token call equals the one-token call's
 // bits, and a reader that is neither (a download) finds the shared tiles written out.
-TEST(CudaImma, DeferredSharedTilesAreSummedByTheNextReader) {
-    DF_REQUIRE_CUDA();
+// n = 2560: the norm's cluster of 10 blocks, 5120: of 16 (the 27B's width), a warp a unit.
+void deferred_ffn_case(int n) {
     Backend& gpu = *gpu_backend();
     auto& cuda = dynamic_cast<cuda::CudaBackend&>(gpu);
     auto g = test_rng();
+    SCOPED_TRACE("n " + std::to_string(n));
     // Few units for the grid's warps: every tile is shared by several contributors.
-    const int n = 2560, ff = 1280;
+    const int ff = 1280;
     const auto mg = random_matrix(Type::IQ2_XXS, ff, n, g), mu = random_matrix(Type::IQ2_XXS, ff, n, g),
                md = random_matrix(Type::Q2_K, n, ff, g), mo = random_matrix(Type::IQ2_XS, 512, n, g);
     const Weight wg = gpu.load_weight(Type::IQ2_XXS, n, ff, mg.data(), mg.size());
@@ -248,6 +249,11 @@ TEST(CudaImma, DeferredSharedTilesAreSummedByTheNextReader) {
         }
     }
     for (const Weight* w : {&wg, &wu, &wd, &wo}) gpu.release(const_cast<void*>(w->data));
+}
+
+TEST(CudaImma, DeferredSharedTilesAreSummedByTheNextReader) {
+    DF_REQUIRE_CUDA();
+    for (const int n : {2560, 5120}) deferred_ffn_case(n);
 }
 
 // Level 3 (the default): the GDN's q/k/v + z pair, one two-part launch, leaves its shared tiles

@@ -148,11 +148,11 @@ __global__ void __launch_bounds__(kStepThreads, 2) gdn_step_kernel(const GdnStep
             bool whole;
             if (i < kGroups * T) {
                 const int t = i / kGroups, ci = 8 * (i % kGroups);
-                deferred_rows<true>(a.qkv_parts, t, chan(ci), v, whole);
+                deferred_rows<kDeferValues>(a.qkv_parts, t, chan(ci), v, whole);
                 store8<true>(&xc[t][ci / D][ci % D], v);
             } else {
                 const int t = (i - kGroups * T) / 32, e = 8 * ((i - kGroups * T) % 32);
-                deferred_rows<true>(a.z_parts, t, (j / 2) * 256 + e, v, whole);
+                deferred_rows<kDeferValues>(a.z_parts, t, (j / 2) * 256 + e, v, whole);
                 store8<true>(&zs[t][e], v);
             }
         }

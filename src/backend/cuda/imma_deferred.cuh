@@ -12,11 +12,15 @@ namespace df::cuda {
 // covered is read as written (whole: true); a shared one is summed from its contributors' slots
 // in their order (the fix-up's order), then silu(gate) * up (d.pair), added to the rows' old
 // values (an accumulating launch: d.add) or taken as they are.
-// kValues: the caller knows d is one matrix's values (!d.pair, !d.add), and the code for the
-// other cases is left out (its registers made the GDN step spill).
-template <bool kValues = false>
+// kKind: what the caller knows d to be, so that the code of the other cases is left out (its
+// registers made the GDN step spill; the norm's and the conversion's code size costs them
+// instruction-cache misses): kDeferAny, kDeferValues (one matrix's values: !d.pair, !d.add),
+// kDeferAdd (one matrix added to its old values: !d.pair, d.add), kDeferPair (d.pair).
+inline constexpr int kDeferAny = 0, kDeferValues = 1, kDeferAdd = 2, kDeferPair = 3;
+template <int kKind = kDeferAny>
 DF_DEV void deferred_rows(const ImmaDeferred& d, int tok, int e0, float (&v)[8], bool& whole) {
-    const bool pair = !kValues && d.pair, add = !kValues && d.add;
+    const bool pair = kKind == kDeferPair || (kKind == kDeferAny && d.pair);
+    const bool add = kKind == kDeferAdd || (kKind == kDeferAny && d.add);
     const int tile = e0 >> 4, r0 = e0 & 15;
     const uint32_t upt = static_cast<uint32_t>(d.cols / kImmaUnit);
     const uint32_t units = static_cast<uint32_t>((d.rows + 15) / 16) * upt;

@@ -124,43 +124,61 @@ __global__ void __launch_bounds__(32 * kMaxWarps) rmsnorm_units_kernel(const flo
 // blocks' sums of squares meet through distributed shared memory, added in rank order by all.
 // 16 blocks (beyond the portable 8, where the device schedules them) gained another 1.8 %
 // (144.9-145.0 against 142.3-142.5 tok/s; 10 blocks even with 8; session 51, H100).
+// The sums meet by push: each block writes its sum into its rank's slot in every block, one
+// cluster barrier (release / acquire) makes them visible, and each block adds its own slots in
+// rank order (the bits of reading the others' sums). No block touches another's shared memory
+// after that barrier, so none waits for the others at its end; the barrier that DSMEM access
+// needs first (every block of the cluster started) is split around the block's own work.
+// Against two full barriers around remote reads: 27B decode 146.3-147.7 vs 143.9-145.5 tok/s
+// with the lean instantiations below (session 53, H100; a relaxed exit barrier instead: 146.0).
+// kUnits: units a warp (kUnitsPerWarp, or 1 where the launch gives each warp one); kAdd: d is
+// an accumulating launch (else its plain values), the code of the other cases left out: 107
+// registers and ~950 PTX instructions instead of 144 and 2,089 (instruction-cache misses).
 constexpr int kDeferredNormWarps = 12, kDeferredNormCluster = 16;
+template <int kUnits, bool kAdd>
 __global__ void __launch_bounds__(32 * kDeferredNormWarps) rmsnorm_deferred_kernel(const ImmaDeferred d, const float* w, int n,
                                                                                    float eps, float* out, uint2* xq, float* xe) {
     pdl_trigger();
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     const int rank = static_cast<int>(cluster.block_rank()), C = static_cast<int>(cluster.num_blocks());
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const int units = n / 256, row = blockIdx.y;
     auto unit = [&](int k) { return rank + C * (warp + k * warps); };
-    float wv[kUnitsPerWarp][8];
+    float wv[kUnits][8];
 #pragma unroll
-    for (int k = 0; k < kUnitsPerWarp; ++k)
+    for (int k = 0; k < kUnits; ++k)
         if (w && unit(k) < units) load8<true>(w + unit(k) * 256 + 8 * lane, wv[k]);
     pdl_wait();
-    float v[kUnitsPerWarp][8];
+    float v[kUnits][8];
     double s = 0;
 #pragma unroll
-    for (int k = 0; k < kUnitsPerWarp; ++k) {
+    for (int k = 0; k < kUnits; ++k) {
         const int u = unit(k);
         if (u >= units) continue;
         bool whole;
-        deferred_rows(d, row, u * 256 + 8 * lane, v[k], whole);
+        deferred_rows<kAdd ? kDeferAdd : kDeferValues>(d, row, u * 256 + 8 * lane, v[k], whole);
         if (!whole) store8<true>(d.out + static_cast<size_t>(row) * n + u * 256 + 8 * lane, v[k]);
         rms_add8(s, v[k]);
     }
-    __shared__ double bsum;
-    s = block_sum(s);
-    if (threadIdx.x == 0) bsum = s;
-    cluster.sync();  // every block's sum is in its shared memory
+    __shared__ double part[kDeferredNormWarps], sums[kDeferredNormCluster];
+    s = warp_sum(s);
+    if (lane == 0) part[warp] = s;
+    __syncthreads();
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block has started
+    if (warp == 0) {  // block_sum's order: the warps' sums added by one warp
+        const double b = warp_sum(lane < warps ? part[lane] : 0.0);
+        if (lane < C) *cluster.map_shared_rank(&sums[rank], lane) = b;
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
     double total = 0;
-    for (int c = 0; c < C; ++c) total += *cluster.map_shared_rank(&bsum, c);
-    cluster.sync();  // no block leaves while another may still read its sum
+    for (int c = 0; c < C; ++c) total += sums[c];
     const float scale = rms_scale(total, n, eps);
     float* o = out + static_cast<size_t>(row) * n;
 #pragma unroll
-    for (int k = 0; k < kUnitsPerWarp; ++k) {
+    for (int k = 0; k < kUnits; ++k) {
         const int u = unit(k);
         if (u < units) rms_unit_out<true>(v[k], scale, w, wv[k], o, xq, xe, row, u, units, lane);
     }
@@ -391,15 +409,24 @@ void launch_rmsnorm_quant_deferred(const ImmaDeferred& d, const float* w, int ro
     DF_CUDA_REQUIRE(rows >= 1 && rows <= 8 && rmsnorm_by_units(n) && !d.pair && d.rows == n && d.partial && al(d.out) &&
                         al(out) && (!w || al(w)),
                     "rmsnorm_quant (deferred): at most 8 rows of a deferred accumulating launch's output, aligned");
+    // The instantiation for the case at hand (kAdd; one unit a warp where the cluster's blocks
+    // give each warp at most one): 27B decode +1.5-2 % with the conversion's (session 53, H100).
+    using Kernel = decltype(&rmsnorm_deferred_kernel<1, true>);
+    static const Kernel kernels[2][2] = {{rmsnorm_deferred_kernel<1, false>, rmsnorm_deferred_kernel<kUnitsPerWarp, false>},
+                                         {rmsnorm_deferred_kernel<1, true>, rmsnorm_deferred_kernel<kUnitsPerWarp, true>}};
     static const int cluster = [] {  // DF_CUDA_DEFER_NORM_CLUSTER=1..16 for A/B runs
         const char* e = std::getenv("DF_CUDA_DEFER_NORM_CLUSTER");
         const int c = std::clamp(e ? std::atoi(e) : kDeferredNormCluster, 1, 16);
-        return c <= 8 ? c : nonportable_cluster_fits(rmsnorm_deferred_kernel, c, 32 * kDeferredNormWarps) ? c : 8;
+        if (c <= 8) return c;
+        for (const auto& by_units : kernels)
+            for (Kernel k : by_units)
+                if (!nonportable_cluster_fits(k, c, 32 * kDeferredNormWarps)) return 8;
+        return c;
     }();
     const int units = n / 256, C = units < cluster ? units : cluster;
     const int per = (units + C - 1) / C, warps = per < kDeferredNormWarps ? per : kDeferredNormWarps;
     DF_CUDA_REQUIRE(per <= kUnitsPerWarp * warps, "rmsnorm_quant (deferred): more than 24 units a block");
-    launch_cluster(rmsnorm_deferred_kernel, dim3(C, rows), 32 * warps, 0, s, C, d, w, n, eps, out, xq, xe);
+    launch_cluster(kernels[d.add][per > warps], dim3(C, rows), 32 * warps, 0, s, C, d, w, n, eps, out, xq, xe);
 }
 
 void launch_attn_prep(const AttnPrepArgs& a, cudaStream_t s, const RowCaches* rows) {
