@@ -11,6 +11,8 @@
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
 #        phases: info tests sanitize golden eval bench-kernels profile bench-models step-profile prefill-profile
 #                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
+#                imma-profile (ncu of the 27B's decode imma kernels with source-level stall sampling:
+#                ssm_out, the gate/up pair, the q/k/v + z pair; IMMA_PROFILE="regex:skip ..." overrides)
 #                serve (the HTTP server on CUDA, checked by scripts/serve_check.py)
 #                spec (speculative decoding by prompt lookup: same text, rate with drafts 0 / 3 / 7)
 #                sampling (sampled answers on the 4B layout: device top-k vs the whole row copied)
@@ -287,6 +289,26 @@ PY
             grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/kprof_$i.txt" | sort -k3 -gr | head -n 8
             grep -E "pipe_.*pct.* [1-9][0-9]*\.[0-9]+$" "$out/kprof_$i.txt" | sort -k3 -gr | head -n 8
             grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Shared|Bank" "$out/kprof_$i.txt" | head -n 30
+            i=$((i + 1))
+        done
+        ;; esac
+    case ",$phases," in *,imma-profile,*)
+        # A one-token prompt runs the decode kernels: launch 0 of imma_kernel should be layer 0's
+        # ssm_out (IQ2_S), launch 1 its gate/up pair (IQ2_XXS), imma_two_kernel's first the q/k/v +
+        # z pair (each result line names the kernel's instantiation). Not yet run (session 53).
+        local p=saluki-27b-iq2mix i=0 kp k skip
+        echo "== ncu of the 27B's decode imma kernels (sections, stall sampling by SASS line)"
+        [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
+        local sec="--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters --section MemoryWorkloadAnalysis"
+        for kp in ${IMMA_PROFILE:-(^|[^_])imma_kernel:0 (^|[^_])imma_kernel:1 imma_two_kernel:0}; do
+            IFS=':' read -r k skip <<<"$kp"
+            ncu --clock-control none $sec --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,smsp__inst_executed.sum" \
+                -k "regex:$k" --launch-skip "$skip" --launch-count 1 $D bench -m "/tmp/$p.gguf" --backend cuda -p 1 -n 1 --reps 1 \
+                > "$out/imma_prof_$i.txt" 2>&1
+            echo "-- $kp: $(grep -m1 -oE 'imma[a-z_]*kernel<[^(]*' "$out/imma_prof_$i.txt")"
+            grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/imma_prof_$i.txt" | sort -k3 -gr | head -n 8
+            grep -E "pipe_.*pct.* [1-9][0-9]*\.[0-9]+$" "$out/imma_prof_$i.txt" | sort -k3 -gr | head -n 6
+            grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issued Ipc|Warp Cycles Per Issued|inst_executed|L1/TEX Hit|Bank" "$out/imma_prof_$i.txt" | head -n 14
             i=$((i + 1))
         done
         ;; esac
