@@ -129,8 +129,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps) rmsnorm_units_kernel(const flo
 // rank order (the bits of reading the others' sums). No block touches another's shared memory
 // after that barrier, so none waits for the others at its end; the barrier that DSMEM access
 // needs first (every block of the cluster started) is split around the block's own work.
-// Against two full barriers around remote reads: 27B decode 146.3-147.7 vs 143.9-145.5 tok/s
-// with the lean instantiations below (session 53, H100; a relaxed exit barrier instead: 146.0).
+// With the lean instantiations below, against two full barriers around remote reads and the
+// general kernel: 27B decode 146.3-147.7 vs 143.9-145.5 tok/s (session 53, H100; with a relaxed
+// exit barrier instead of the push, 145.7-146.5).
 // kUnits: units a warp (kUnitsPerWarp, or 1 where the launch gives each warp one); kAdd: d is
 // an accumulating launch (else its plain values), the code of the other cases left out: 107
 // registers and ~950 PTX instructions instead of 144 and 2,089 (instruction-cache misses).
