@@ -97,6 +97,26 @@ variant() {
     du -h .carry/variants.tar.xz
 }
 
+# One kernel launch under ncu with the sections the profile phases read (plus $5) and the
+# stall-reason and pipe metrics (plus $6, a ",..." list): ncu_launch FILE REGEX SKIP COUNT
+# EXTRA_SECTIONS EXTRA_METRICS COMMAND...
+ncu_launch() {
+    local file=$1 k=$2 skip=$3 cnt=$4 sec=$5 met=$6
+    shift 6
+    ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+        --section InstructionStats $sec \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active$met" \
+        -k "regex:$k" --launch-skip "$skip" --launch-count "$cnt" "$@" >"$file" 2>&1
+}
+
+# What ncu_launch's report says first: the top stall reasons and busiest pipes, then the headline lines.
+ncu_summary() {
+    grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$1" | sort -k3 -gr | head -n 8
+    grep -E "pipe_.*pct.* [1-9][0-9]*\.[0-9]+$" "$1" | sort -k3 -gr | head -n 8
+    grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Warp Cycles Per Issued|inst_executed|L1/TEX Hit|L2 Hit|Shared|Bank" "$1" | head -n 30
+}
+
 run() {
     local phases=${1:-info,tests,golden,eval,bench-kernels,bench-models}
     local out=${OUT:-/tmp/df-out}
@@ -277,18 +297,15 @@ PY
         # One launch of a kernel inside a real prefill, with ncu's sections
         # (KERNEL_PROFILE="preset:tokens:kernel-regex:launches-to-skip[:launches] ...").
         echo "== ncu sections of one kernel launch in a prefill"
-        local sec="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats"
         local i=0 kp
         for kp in ${KERNEL_PROFILE:-qwen3-4b-q8_0:4096:attn_prefill:130}; do
             IFS=':' read -r p n k skip cnt <<<"$kp"
             [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
-            ncu --clock-control none $sec --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,lts__t_sectors_srcunit_tex.sum" \
-                -k "regex:$k" --launch-skip "$skip" --launch-count "${cnt:-1}" \
-                $D bench -m "/tmp/$p.gguf" --backend cuda -p "$n" -n 1 --reps 1 > "$out/kprof_$i.txt" 2>&1
+            ncu_launch "$out/kprof_$i.txt" "$k" "$skip" "${cnt:-1}" "" \
+                ",lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,lts__t_sectors_srcunit_tex.sum" \
+                $D bench -m "/tmp/$p.gguf" --backend cuda -p "$n" -n 1 --reps 1
             echo "-- $kp"
-            grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/kprof_$i.txt" | sort -k3 -gr | head -n 8
-            grep -E "pipe_.*pct.* [1-9][0-9]*\.[0-9]+$" "$out/kprof_$i.txt" | sort -k3 -gr | head -n 8
-            grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Shared|Bank" "$out/kprof_$i.txt" | head -n 30
+            ncu_summary "$out/kprof_$i.txt"
             i=$((i + 1))
         done
         ;; esac
@@ -299,16 +316,12 @@ PY
         local p=saluki-27b-iq2mix i=0 kp k skip
         echo "== ncu of the 27B's decode imma kernels (sections, stall sampling by SASS line)"
         [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
-        local sec="--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters --section MemoryWorkloadAnalysis"
         for kp in ${IMMA_PROFILE:-(^|[^_])imma_kernel:0 (^|[^_])imma_kernel:1 imma_two_kernel:0}; do
             IFS=':' read -r k skip <<<"$kp"
-            ncu --clock-control none $sec --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,smsp__inst_executed.sum" \
-                -k "regex:$k" --launch-skip "$skip" --launch-count 1 $D bench -m "/tmp/$p.gguf" --backend cuda -p 1 -n 1 --reps 1 \
-                > "$out/imma_prof_$i.txt" 2>&1
+            ncu_launch "$out/imma_prof_$i.txt" "$k" "$skip" 1 "--section SourceCounters" ",smsp__inst_executed.sum" \
+                $D bench -m "/tmp/$p.gguf" --backend cuda -p 1 -n 1 --reps 1
             echo "-- $kp: $(grep -m1 -oE 'imma[a-z_]*kernel<[^(]*' "$out/imma_prof_$i.txt")"
-            grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/imma_prof_$i.txt" | sort -k3 -gr | head -n 8
-            grep -E "pipe_.*pct.* [1-9][0-9]*\.[0-9]+$" "$out/imma_prof_$i.txt" | sort -k3 -gr | head -n 6
-            grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issued Ipc|Warp Cycles Per Issued|inst_executed|L1/TEX Hit|Bank" "$out/imma_prof_$i.txt" | head -n 14
+            ncu_summary "$out/imma_prof_$i.txt"
             i=$((i + 1))
         done
         ;; esac
