@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The device side of imma_unit_lean.patch (session 54): the imma loop's per-unit overhead trimmed
-# (B fragments loaded without predicates from one address, ring slots by increments); SASS
-# checked here with scripts/sass_local.sh (IQ2_XXS one-token unit path 359 -> 323 instructions
-# single, 609 -> 580 paired). Here: `scripts/device.sh variant bench/experiments/imma_unit_lean.patch
+# (B fragments and exponents loaded without predicates, ring slots by increments); SASS
+# checked here with scripts/sass_local.sh (IQ2_XXS one-token unit path 359 -> 303 instructions
+# single, 609 -> 568 paired). Here: `scripts/device.sh variant bench/experiments/imma_unit_lean.patch
 # lean tests`; on the device (carry .carry): this script. About 5 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
