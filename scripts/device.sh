@@ -114,7 +114,7 @@ ncu_launch() {
 
 # What ncu_launch's report says first: the top stall reasons and busiest pipes, then the headline lines.
 ncu_summary() {
-    grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$1" | sort -k3 -gr | head -n 8
+    grep -E "stalled_.*ratio +(inst +)?[0-9.]*[1-9]" "$1" | sort -k3 -gr | head -n 8
     grep -E "pipe_.*pct.* [1-9][0-9]*\.[0-9]+$" "$1" | sort -k3 -gr | head -n 8
     grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Warp Cycles Per Issued|inst_executed|L1/TEX Hit|L2 Hit|Shared|Bank" "$1" | head -n 30
 }
@@ -270,7 +270,7 @@ PY
             DF_BENCH_ONLY="$only" ncu --clock-control none $sec --section InstructionStats \
                 --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:$k" --launch-skip "$skip" --launch-count 1 \
                 $T --gtest_also_run_disabled_tests --gtest_filter="$filt" > "$out/ncu_$i.txt" 2>&1
-            grep -E "stalled_.*ratio +[0-9.]*[1-9]" "$out/ncu_$i.txt" | sort -k3 -gr | head -n 8
+            grep -E "stalled_.*ratio +(inst +)?[0-9.]*[1-9]" "$out/ncu_$i.txt" | sort -k3 -gr | head -n 8
             grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Ipc|No Eligible|Stall|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|One or More|Executed Ipc" "$out/ncu_$i.txt" | head -n 30
             i=$((i + 1))
         done

@@ -147,6 +147,18 @@ DF_DEV void imma_mma_int16(const uint32_t (&a)[4], const uint2 (&b)[NT], int q, 
     }
 }
 
+// The same at T = 1 with one mma ("halves" launches, imma_body's kHalves): the B fragment's
+// columns 0-3 hold the token's limbs over the slab's first 16 columns, columns 4-7 (token 1's,
+// unused at T = 1) its limbs over the last 16, so lanes q < 2 get the first half's sums and
+// lanes q >= 2 the second's: each lane scales its half, and the unit's end adds lanes q and
+// q ^ 2 (exact integers: the same sums as imma_mma_int16).
+DF_DEV void imma_mma_half(const uint32_t (&a)[4], uint2 b, int q, const int (&s)[4], ImmaPartial<1>& p) {
+    const bool lo = q < 2;
+    int c[4];
+    mma_s8(c, a, b);
+    imma_add_int(p, 0, c, lo ? s[0] : s[1], lo ? s[2] : s[3]);
+}
+
 // ---- decoders: Imma<T> gives, for a 256-column unit of a row staged in shared memory,
 //   kBody   bytes of the unit in the row (block bodies), copied kCopy bytes at a time;
 //   kStride the staged row stride (bank-conflict free for the 8 rows a load instruction reads);
@@ -175,6 +187,11 @@ constexpr bool decoder_has_mins() {
 
 template <class I>
 constexpr bool imma_has_tabs() { return requires(const ImmaTables* g) { I::grid_src(g); }; }
+// Whether a decoder with 16-column scales has the one-token form (imma_mma_half).
+template <class I>
+constexpr bool imma_halves() {
+    return requires(const uint8_t* r, const ImmaLane& l, uint2 b, ImmaPartial<1>& p) { I::sub_halves(r, r, r, r, 0, l, b, p); };
+}
 
 // Starts copying the decoder's tables (replicated kGridR / kSignR times) into shared memory.
 template <class I>
@@ -246,11 +263,27 @@ DF_DEV void imma_iq_sub(const uint8_t* r0, const uint8_t* r1, int m, const ImmaL
     }
 }
 
+template <class D>
+DF_DEV void imma_iq_sub_halves(const uint8_t* r0, const uint8_t* r1, int m, const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {
+    uint32_t a[4];
+    int s[4];
+    D::row(l, r0, m, a[0], a[2], s[0], s[1]);
+    D::row(l, r1, m, a[1], a[3], s[2], s[3]);
+    imma_mma_half(a, b, l.q, s, p);
+}
+
 #define DF_IMMA_IQ_SUB                                                                                   \
     template <int NT>                                                                                    \
     static DF_DEV void sub(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m, \
                            const ImmaLane& l, const uint2 (&b)[NT], ImmaPartial<NT>& p) {               \
         imma_iq_sub<Imma, NT>(r0, r1, m, l, b, p);                                                       \
+    }
+
+// Decoders with 16-column scales also give sub_halves (imma_mma_half's one-token form).
+#define DF_IMMA_IQ_SUB_HALVES                                                                            \
+    static DF_DEV void sub_halves(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*,  \
+                                  int m, const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {              \
+        imma_iq_sub_halves<Imma>(r0, r1, m, l, b, p);                                                    \
     }
 
 template <>
@@ -293,6 +326,7 @@ struct Imma<Type::IQ2_XS> : ImmaIqHead {
         shi = 2 * static_cast<int>(sc >> 4) + 1;
     }
     DF_IMMA_IQ_SUB
+    DF_IMMA_IQ_SUB_HALVES
 };
 
 template <>
@@ -313,6 +347,25 @@ struct Imma<Type::IQ2_S> : ImmaIqHead {
         shi = 2 * static_cast<int>(sc >> 4) + 1;
     }
     DF_IMMA_IQ_SUB
+    // The one-token form (imma_mma_half) reads a row's bytes a word at a time (ptxas merges a
+    // row's slabs into 16-byte loads: 5 instead of 32 byte loads a row and unit) and decodes
+    // only the lane's half's scale.
+    static DF_DEV void row_half(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
+        const uint32_t qs = lds_u32(r + 4 * m), sg = lds_u32(r + 32 + 4 * m);
+        const uint32_t qh = lds_u32(r + 64 + 4 * (m >> 2)) >> (8 * (m & 3)), sc = lds_u32(r + 72 + 4 * (m >> 2)) >> (8 * (m & 3));
+        const uint32_t gi = prmt(qs, 0u, l.byte_sel) | ((qh << (8 - 2 * l.q)) & 0x300u);  // bits 2q, 2q+1 of qh[m]
+        iq2_bytes(l.pos, rep<kGridR>(l.grid, gi) | rep<kSignR>(l.sign, prmt(sg, 0u, l.byte_sel)), lo, hi);
+        s = 2 * static_cast<int>((sc >> ((l.q & 2) << 1)) & 15u) + 1;  // nibble q / 2 of sc[m]
+    }
+    static DF_DEV void sub_halves(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
+                                  const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {
+        uint32_t a[4];
+        int s0, s1, c[4];
+        row_half(l, r0, m, a[0], a[2], s0);
+        row_half(l, r1, m, a[1], a[3], s1);
+        mma_s8(c, a, b);
+        imma_add_int(p, 0, c, s0, s1);
+    }
 };
 
 template <>
@@ -357,6 +410,7 @@ struct Imma<Type::IQ3_S> : ImmaIqHead {
 };
 
 #undef DF_IMMA_IQ_SUB
+#undef DF_IMMA_IQ_SUB_HALVES
 
 // Types with no split heads.
 struct ImmaNoHead {
@@ -473,6 +527,25 @@ struct Imma<Type::Q2_K> : ImmaNoTabs, ImmaNoHead {
             }
         }
     }
+    // T = 1: each lane's half at once (imma_mma_half).
+    static DF_DEV void sub_halves(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
+                                  const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {
+        uint32_t a[4];
+        quants<false>(r0, m, l.q, a[0], a[2]);
+        quants<false>(r1, m, l.q, a[1], a[3]);
+        const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+        const uint32_t sh = 8u * static_cast<uint32_t>(l.q >> 1);  // the lane's half's scale byte
+        const uint32_t s0 = lds_u16(r0 + 2 * m) >> sh, s1 = lds_u16(r1 + 2 * m) >> sh;
+        int c[4];
+        mma_s8(c, a, b);
+        imma_add_int(p, 0, c, static_cast<int>(s0 & 15u), static_cast<int>(s1 & 15u));
+        mma_s8(c, ones, b);
+        const int mn0 = static_cast<int>((s0 >> 4) & 15u), mn1 = static_cast<int>((s1 >> 4) & 15u);
+        p.mn[0][0] += c[0] * mn0;
+        p.mn[0][1] += c[1] * mn0;
+        p.mn[0][2] += c[2] * mn1;
+        p.mn[0][3] += c[3] * mn1;
+    }
 };
 
 // Q6_K: w = d sc q, q = 6 bits (4 from ql, 2 from qh) minus 32, sc int8 per 16 elements.
@@ -504,6 +577,14 @@ struct Imma<Type::Q6_K> : ImmaNoTabs, ImmaIqHead {
         row(r0, m, l.q, a[0], a[2], s[0], s[1]);
         row(r1, m, l.q, a[1], a[3], s[2], s[3]);
         imma_mma_int16(a, b, l.q, s, p);
+    }
+    static DF_DEV void sub_halves(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
+                                  const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {
+        uint32_t a[4];
+        int s[4];
+        row(r0, m, l.q, a[0], a[2], s[0], s[1]);
+        row(r1, m, l.q, a[1], a[3], s[2], s[3]);
+        imma_mma_half(a, b, l.q, s, p);
     }
 };
 
@@ -693,9 +774,12 @@ DF_DEV void imma_finish(const ImmaArgs& a, const ImmaSplit& split, int tile, boo
 
 // The kernel's work as block `block` of a grid of `blocks` (imma_kernel's whole grid, or one part
 // of a two-matrix launch: imma_two.cuh).
-template <Type TY, int NT, bool kPair>
+template <Type TY, int NT, bool kPair, bool kOne = false>
 DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
     using I = Imma<TY>;
+    // A one-token launch (kOne: T = 1) of a decoder with 16-column scales: one mma a slab
+    // (imma_mma_half).
+    constexpr bool kHalves = kOne && NT == 1 && imma_halves<I>();
     constexpr int kMats = kPair ? 2 : 1, S = imma_stages<I, kMats>(), kStage = imma_stage_bytes<I, kMats>();
     using Win = ImmaWindow<I>;
     constexpr int kStride = Win::kStride, kMatStage = 16 * kStride + 16 * I::kHead;
@@ -716,7 +800,7 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
     uint8_t* const ring = smem + imma_tabs_bytes<I>() + warp * S * kStage;
     const size_t row_stride = a.w.row_stride;
 
-    // Issue cursor: copies unit i of the range into ring slot i % S; always commits a group
+    // Issue cursor: copies unit i of the range into ring slot i % S (issue_slot); always commits a group
     // (maybe empty), so "all but the newest S - 1 groups are done" means "unit i has landed".
     // The lane's copy sources are set once per tile (rows clamped to the matrix) and offset by
     // the unit.
@@ -746,13 +830,17 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
     }
     aim(it);
     const uint32_t ring_addr = smem_addr(ring);
+    // Ring slot offsets of the next unit to issue and to use, i % S stages kept by increments
+    // (a % 3 costs a multiply-high, a shift and a multiply-add per use).
+    uint32_t issue_slot = 0, use_slot = 0;
+    auto next_slot = [](uint32_t& slot) { slot = slot == (S - 1) * kStage ? 0u : slot + kStage; };
     auto issue = [&](int i) {
         if (i < cnt) {
             const size_t uoff = Win::start(iu);
             const uint32_t wend = Win::offset(iu) + I::kBody;  // the window's chunks past it stay uncopied
 #pragma unroll
             for (int mt = 0; mt < kMats; ++mt) {
-                const uint32_t dst = ring_addr + (i % S) * kStage + mt * kMatStage;
+                const uint32_t dst = ring_addr + issue_slot + mt * kMatStage;
 #pragma unroll
                 for (int k = 0; k < kCopies; ++k)
                     if (dst_off[k] != ~0u && (!Win::kOn || chunk_lo[k] < wend))
@@ -766,6 +854,7 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
             }
         }
         cp_async_commit();
+        next_slot(issue_slot);
     };
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) issue(i);
@@ -787,22 +876,25 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
     int ct = first_tile, cu = first_unit;
     bool seg_whole = first_unit == 0;  // the current tile segment started at the tile's unit 0
 
-    // The B fragment of lane l holds token 2 nt + l / 16; columns of tokens >= T hold stale or
-    // zero limbs and their sums are never written. At T = 1 lanes 16-31 skip their loads (half
-    // of the L2 traffic of B); at NT > 1 the selects would cost spills.
+    // The B fragment of lane l holds token 2 nt + l / 16; columns of tokens >= T hold stale
+    // limbs and their sums are never written. At T = 1 lanes 16-31 load lanes 0-15's words (the
+    // same sectors in one instruction: no L2 traffic for them), so the loads need no predicate
+    // and share one address (a predicated load re-derived its address each time: 3 instructions).
+    // The exponents likewise: a token past T reads token T - 1's.
+    const int b_lane = NT == 1 && a.T == 1 ? lane & 15 : lane;
+    // kHalves: lanes 0-15 keep the first 16 columns of a slab (q < 2), lanes 16-31 the last 16.
+    const uint32_t half_mask = (lane >> 4) == (q >> 1) ? ~0u : 0u;
     auto load_b_all = [&](int u, uint2 (&b)[8][NT], float (&e)[NT]) {
-        const uint2* xq = a.xq + static_cast<size_t>(u) * 8 * 32 + lane;  // slab 8u
+        const uint2* xq = a.xq + static_cast<size_t>(u) * 8 * 32 + b_lane;  // slab 8u
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const bool live = NT > 1 || (lane >> 4) < a.T;
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int m = 0; m < 8; ++m) b[m][nt] = live ? __ldg(xq + (static_cast<size_t>(nt) * slabs + m) * 32) : make_uint2(0u, 0u);
-        }
+            for (int m = 0; m < 8; ++m) {
+                b[m][nt] = __ldg(xq + (static_cast<size_t>(nt) * slabs + m) * 32);
+                if constexpr (kHalves) b[m][nt] = make_uint2(b[m][nt].x & half_mask, b[m][nt].y & half_mask);
+            }
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const int tok = 2 * nt + (q >> 1);
-            e[nt] = tok < a.T ? __ldg(a.xe + static_cast<size_t>(tok) * upt + u) : 0.f;
-        }
+        for (int nt = 0; nt < NT; ++nt) e[nt] = __ldg(a.xe + static_cast<size_t>(min(2 * nt + (q >> 1), a.T - 1)) * upt + u);
     };
     pdl_wait();  // activations, counters, partial sums and outputs from here
 
@@ -819,7 +911,7 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
         __syncwarp();
 #pragma unroll
         for (int mt = 0; mt < kMats; ++mt) {
-            const uint8_t* sb = ring + (i % S) * kStage + mt * kMatStage;
+            const uint8_t* sb = ring + use_slot + mt * kMatStage;
             const uint8_t *r0 = sb + g * kStride + Win::offset(cu), *r1 = sb + (g + 8) * kStride + Win::offset(cu);
             const uint8_t *h0 = sb + 16 * kStride + g * I::kHead, *h1 = sb + 16 * kStride + (g + 8) * I::kHead;
             ImmaPartial<NT> p;
@@ -831,8 +923,18 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
                     p.mn[nt][j] = 0;
                     p.f[nt][j] = 0.f;
                 }
+            if constexpr (kHalves) {
 #pragma unroll
-            for (int m = 0; m < kImmaUnit / 32; ++m) I::template sub<NT>(r0, r1, h0, h1, m, ln, b[m], p);
+                for (int m = 0; m < kImmaUnit / 32; ++m) I::sub_halves(r0, r1, h0, h1, m, ln, b[m][0], p);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {  // the two halves' sums, exact (lanes q ^ 2 hold token 1's: unused)
+                    p.i[0][j] += __shfl_xor_sync(~0u, p.i[0][j], 2);
+                    if constexpr (decoder_has_mins<I>()) p.mn[0][j] += __shfl_xor_sync(~0u, p.mn[0][j], 2);
+                }
+            } else {
+#pragma unroll
+                for (int m = 0; m < kImmaUnit / 32; ++m) I::template sub<NT>(r0, r1, h0, h1, m, ln, b[m], p);
+            }
             const float us0 = I::unit_scale(r0, h0, cu), us1 = I::unit_scale(r1, h1, cu);
             if constexpr (decoder_has_mins<I>()) {
                 const float um0 = I::unit_min(r0), um1 = I::unit_min(r1);
@@ -855,6 +957,7 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
             }
         }
         __syncwarp();  // the slot is refilled by the next issue
+        next_slot(use_slot);
         if (cu == upt - 1 || i == cnt - 1) {
             imma_finish<NT, kMats>(a, split, ct, seg_whole && cu == upt - 1, ct == first_tile ? 0 : 1, w, lane, acc);
             clear();
@@ -869,29 +972,29 @@ DF_DEV void imma_body(const ImmaArgs& a, uint32_t block, uint32_t blocks) {
     trace_block_end();
 }
 
-template <Type TY, int NT, bool kPair>
+template <Type TY, int NT, bool kPair, bool kOne>
 __global__ void __launch_bounds__(kImmaThreads, kImmaBlocksPerSm) imma_kernel(const ImmaArgs a) {
-    imma_body<TY, NT, kPair>(a, blockIdx.x, gridDim.x);
+    imma_body<TY, NT, kPair, kOne>(a, blockIdx.x, gridDim.x);
 }
 
-template <Type TY, int NT, bool kPair>
+template <Type TY, int NT, bool kPair, bool kOne>
 void imma_launch_kernel(const ImmaArgs& a, cudaStream_t s) {
     constexpr int smem = imma_smem_bytes<Imma<TY>, kPair ? 2 : 1>();
     static_assert(smem <= 227 * 1024, "imma: the block's shared memory exceeds the sm_90 limit");
     static bool attr_set = false;  // ops are issued from one thread
     if (!attr_set) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(imma_kernel<TY, NT, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        DF_CUDA_CHECK(cudaFuncSetAttribute(imma_kernel<TY, NT, kPair, kOne>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
-    launch(imma_kernel<TY, NT, kPair>, a.blocks, kImmaThreads, smem, s, a);
+    launch(imma_kernel<TY, NT, kPair, kOne>, a.blocks, kImmaThreads, smem, s, a);
 }
 
-template <Type TY, int NT>
+template <Type TY, int NT, bool kOne = false>
 void imma_launch_nt(const ImmaArgs& a, cudaStream_t s) {
     if (a.up)
-        imma_launch_kernel<TY, NT, true>(a, s);
+        imma_launch_kernel<TY, NT, true, kOne>(a, s);
     else
-        imma_launch_kernel<TY, NT, false>(a, s);
+        imma_launch_kernel<TY, NT, false, kOne>(a, s);
 }
 
 template <Type TY>
@@ -900,7 +1003,9 @@ void imma_launch(const ImmaArgs& a, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.w.cols % kImmaUnit == 0, "imma matvec: cols must be a multiple of 256");
     DF_CUDA_REQUIRE(!a.up || !a.accumulate, "imma matvec: fused gate/up does not accumulate");
     DF_CUDA_REQUIRE(a.blocks >= 1 && a.partial && a.counters, "imma matvec: no grid or scratch");
-    if (a.T <= 2)  // imma_two.cuh maps T the same way
+    if (a.T == 1 && imma_halves<Imma<TY>>())  // imma_two.cuh maps T the same way
+        imma_launch_nt<TY, 1, true>(a, s);
+    else if (a.T <= 2)
         imma_launch_nt<TY, 1>(a, s);
     else if (a.T <= 4)
         imma_launch_nt<TY, 2>(a, s);

@@ -13,24 +13,24 @@
 
 namespace df::cuda {
 
-template <Type TA, Type TB, int NT>
+template <Type TA, Type TB, int NT, bool kOne>
 __global__ void __launch_bounds__(kImmaThreads, kImmaBlocksPerSm) imma_two_kernel(const ImmaArgs a, const ImmaArgs b) {
     const uint32_t na = static_cast<uint32_t>(a.blocks);
     if (blockIdx.x < na)
-        imma_body<TA, NT, false>(a, blockIdx.x, na);
+        imma_body<TA, NT, false, kOne>(a, blockIdx.x, na);
     else
-        imma_body<TB, NT, false>(b, blockIdx.x - na, static_cast<uint32_t>(b.blocks));
+        imma_body<TB, NT, false, kOne>(b, blockIdx.x - na, static_cast<uint32_t>(b.blocks));
 }
 
-template <Type TA, Type TB, int NT>
+template <Type TA, Type TB, int NT, bool kOne = false>
 void imma_two_launch_nt(const ImmaArgs& a, const ImmaArgs& b, cudaStream_t s) {
     constexpr int smem = std::max(imma_smem_bytes<Imma<TA>, 1>(), imma_smem_bytes<Imma<TB>, 1>());
     static bool attr_set = false;  // ops are issued from one thread
     if (!attr_set) {
-        DF_CUDA_CHECK(cudaFuncSetAttribute(imma_two_kernel<TA, TB, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        DF_CUDA_CHECK(cudaFuncSetAttribute(imma_two_kernel<TA, TB, NT, kOne>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
-    launch(imma_two_kernel<TA, TB, NT>, a.blocks + b.blocks, kImmaThreads, smem, s, a, b);
+    launch(imma_two_kernel<TA, TB, NT, kOne>, a.blocks + b.blocks, kImmaThreads, smem, s, a, b);
 }
 
 template <Type TA, Type TB>
@@ -43,7 +43,9 @@ void imma_two_launch(const ImmaArgs& a, const ImmaArgs& b, cudaStream_t s) {
     DF_CUDA_REQUIRE(a.blocks >= 1 && b.blocks >= 1 && a.partial && a.counters && b.partial && b.counters &&
                         a.partial != b.partial && a.counters != b.counters,
                     "imma two: a grid and separate scratch for each part");
-    if (a.T <= 2)  // as imma_launch
+    if (a.T == 1 && (imma_halves<Imma<TA>>() || imma_halves<Imma<TB>>()))  // as imma_launch
+        imma_two_launch_nt<TA, TB, 1, true>(a, b, s);
+    else if (a.T <= 2)
         imma_two_launch_nt<TA, TB, 1>(a, b, s);
     else if (a.T <= 4)
         imma_two_launch_nt<TA, TB, 2>(a, b, s);
