@@ -2,9 +2,13 @@
 """Instruction mix of kernels in a cuobjdump -sass listing (scripts/device.sh run sass).
 
   scripts/sass_mix.py SASS.txt[.gz] [REGEX]    every function whose (mangled) name matches REGEX:
-                                               its instructions by opcode and by issue pipe,
-                                               whole function and its hottest loop (the largest
-                                               backward branch's body)
+                                               its instructions by opcode and by issue pipe, for
+                                               the whole function and, where it has MMAs, for
+                                               one iteration's main path of the loop around them
+                                               (the imma kernels' unit: from the loop head to
+                                               the first branch after the last MMA, blocks that
+                                               forward branches before the first MMA skip over
+                                               20+ instructions left out, e.g. a tile change)
 
 The pipe classes are Hopper's as ncu names them (alu: integer logic, shifts, PRMT, IADD3;
 fma: FP32 and IMAD; lsu: shared/global memory; tensor: MMA/IMMA); an estimate from the opcode,
@@ -53,19 +57,32 @@ def functions(lines):
         yield name, body
 
 
-def hottest_loop(body):
-    """The body of the longest backward branch (address range), or None."""
+def mma_path(body):
+    """One iteration's main path of the largest loop holding the MMAs (see the docstring), or None."""
+    is_mma = lambda op: PIPES[0][1].match(op) is not None
     best = None
     for addr, op, _, args in body:
-        if op == "BRA":
-            t = re.search(r"0x([0-9a-f]+)", args)
-            if t and int(t.group(1), 16) < addr:
-                span = (int(t.group(1), 16), addr)
-                if best is None or span[1] - span[0] > best[1] - best[0]:
-                    best = span
+        t = re.search(r"0x([0-9a-f]+)", args) if op == "BRA" else None
+        if t and int(t.group(1), 16) < addr:
+            head = int(t.group(1), 16)
+            if any(head <= a <= addr and is_mma(o) for a, o, _, _ in body):
+                if best is None or addr - head > best[1] - best[0]:
+                    best = (head, addr)
     if best is None:
         return None
-    return [i for i in body if best[0] <= i[0] <= best[1]]
+    loop = [i for i in body if best[0] <= i[0] <= best[1]]
+    first = min(a for a, o, _, _ in loop if is_mma(o))
+    last = max(a for a, o, _, _ in loop if is_mma(o))
+    end = next((a for a, o, _, _ in loop if a > last and o == "BRA"), best[1])
+    path = [i for i in loop if i[0] <= end]
+    skip = set()
+    for addr, op, _, args in path:
+        t = re.search(r"0x([0-9a-f]+)", args) if op == "BRA" else None
+        if t and addr < first:
+            target = int(t.group(1), 16)
+            if addr < target < first and (target - addr) // 16 > 20:
+                skip.update(a for a, _, _, _ in path if addr < a < target)
+    return [i for i in path if i[0] not in skip]
 
 
 def report(title, insts):
@@ -86,9 +103,9 @@ def main():
                 continue
             print(name)
             report("whole", body)
-            loop = hottest_loop(body)
-            if loop:
-                report(f"loop {loop[0][0]:#x}..{loop[-1][0]:#x}", loop)
+            path = mma_path(body)
+            if path:
+                report(f"MMA loop's main path {path[0][0]:#x}..{path[-1][0]:#x}", path)
 
 
 if __name__ == "__main__":
