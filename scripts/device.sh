@@ -21,8 +21,6 @@
 #                short-prefill (prompts of 12..100 tokens, the GEMM's narrow token tiles on and off)
 #                parallel (continuous batching: 2 / 4 / 8 generations at once, decode tok/s in all,
 #                per-sequence ops in one launch over all lanes and one per lane: DF_CUDA_LANES=1 / 0)
-#                sass (SASS of the object files in .carry/sass/ (NAME.o.xz): $OUT/sass_NAME.txt.gz; the build
-#                machine has no cuobjdump; scripts/sass_mix.py counts a kernel's instructions)
 #                (comma separated; step-profile: ncu time of each kernel of one decode step;
 #                prefill-profile: of a 2048-token (4B) / 1024-token (27B) prefill, default chunk;
 #                PREFILL_PROFILE="preset:tokens ..." overrides)
@@ -326,18 +324,6 @@ PY
             ncu_summary "$out/imma_prof_$i.txt"
             i=$((i + 1))
         done
-        ;; esac
-    case ",$phases," in *,sass,*)
-        # Object files put in .carry/sass/ here, xz-compressed (e.g. build-cuda's gen/quant_IQ2_XXS.cu.o, or a
-        # variant's, renamed): cuobjdump reads their embedded cubins.
-        echo "== SASS of .carry/sass/*.o.xz"
-        local o
-        for o in .carry/sass/*.o.xz; do  # compressed here: the carry's 64 MiB
-            [ -f "$o" ] || continue
-            xz -dc "$o" >/tmp/sass.o
-            cuobjdump -sass /tmp/sass.o | gzip >"$out/sass_$(basename "$o" .o.xz).txt.gz"
-        done
-        ls -la "$out"/sass_* 2>/dev/null
         ;; esac
     case ",$phases," in *,trace,*)
         # One replayed decode step per preset, kernel by kernel (needs DF_PACK_TRACE=1 at pack).
