@@ -20,14 +20,16 @@ for c in json.load(open("build-cuda/compile_commands.json")):
 PY
 )
 [ -n "$cmd" ] || { echo "no compile command for $src in build-cuda" >&2; exit 2; }
-(cd build-cuda && $cmd -o /tmp/sass_local.cubin)
-python3 - <<'PY'
-import struct
-b = bytearray(open("/tmp/sass_local.cubin", "rb").read())
+cubin=$(mktemp --suffix=.cubin)
+trap 'rm -f "$cubin"' EXIT
+(cd build-cuda && $cmd -o "$cubin")
+python3 - "$cubin" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
 b[8] = 7                                   # EI_ABIVERSION: the old header layout
 sm = (struct.unpack_from("<I", b, 0x30)[0] >> 8) & 0xff  # the new e_flags keep the SM in bits 8..15
 struct.pack_into("<I", b, 0x30, (sm << 16) | 0x500 | sm)  # old: virtual SM << 16 | 64-bit, unified tex | SM
-open("/tmp/sass_local.cubin", "wb").write(b)
+open(sys.argv[1], "wb").write(b)
 PY
-"$dump" -sass /tmp/sass_local.cubin >"$out"
+"$dump" -sass "$cubin" >"$out"
 grep -c "Function :" "$out"
