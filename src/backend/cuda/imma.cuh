@@ -121,6 +121,15 @@ DF_DEV void imma_add_int(ImmaPartial<NT>& p, int nt, const int (&c)[4], int s0, 
     p.i[nt][3] += c[3] * s1;
 }
 
+// The same for the min-weighted activation sums (types with mins).
+template <int NT>
+DF_DEV void imma_add_min(ImmaPartial<NT>& p, int nt, const int (&c)[4], int m0, int m1) {
+    p.mn[nt][0] += c[0] * m0;
+    p.mn[nt][1] += c[1] * m0;
+    p.mn[nt][2] += c[2] * m1;
+    p.mn[nt][3] += c[3] * m1;
+}
+
 template <int NT>
 DF_DEV void imma_mma_int(const uint32_t (&a)[4], const uint2 (&b)[NT], int s0, int s1, ImmaPartial<NT>& p) {
 #pragma unroll
@@ -360,11 +369,11 @@ struct Imma<Type::IQ2_S> : ImmaIqHead {
     static DF_DEV void sub_halves(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
                                   const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {
         uint32_t a[4];
-        int s0, s1, c[4];
+        int s0, s1;
         row_half(l, r0, m, a[0], a[2], s0);
         row_half(l, r1, m, a[1], a[3], s1);
-        mma_s8(c, a, b);
-        imma_add_int(p, 0, c, s0, s1);
+        const uint2 bs[1] = {b};
+        imma_mma_int(a, bs, s0, s1, p);
     }
 };
 
@@ -448,10 +457,7 @@ struct ImmaKQuant : ImmaNoTabs, ImmaNoHead {
             mma_s8(c, a, b[nt]);
             imma_add_int(p, nt, c, s0, s1);
             mma_s8(c, ones, b[nt]);  // every row: the slab's activation sum of the column
-            p.mn[nt][0] += c[0] * m0;
-            p.mn[nt][1] += c[1] * m0;
-            p.mn[nt][2] += c[2] * m1;
-            p.mn[nt][3] += c[3] * m1;
+            imma_add_min(p, nt, c, m0, m1);
         }
     }
 };
@@ -520,10 +526,7 @@ struct Imma<Type::Q2_K> : ImmaNoTabs, ImmaNoHead {
                 mma_s8(c, a, bh);
                 imma_add_int(p, nt, c, sc0, sc1);
                 mma_s8(c, ones, bh);
-                p.mn[nt][0] += c[0] * mn0;
-                p.mn[nt][1] += c[1] * mn0;
-                p.mn[nt][2] += c[2] * mn1;
-                p.mn[nt][3] += c[3] * mn1;
+                imma_add_min(p, nt, c, mn0, mn1);
             }
         }
     }
@@ -540,11 +543,7 @@ struct Imma<Type::Q2_K> : ImmaNoTabs, ImmaNoHead {
         mma_s8(c, a, b);
         imma_add_int(p, 0, c, static_cast<int>(s0 & 15u), static_cast<int>(s1 & 15u));
         mma_s8(c, ones, b);
-        const int mn0 = static_cast<int>((s0 >> 4) & 15u), mn1 = static_cast<int>((s1 >> 4) & 15u);
-        p.mn[0][0] += c[0] * mn0;
-        p.mn[0][1] += c[1] * mn0;
-        p.mn[0][2] += c[2] * mn1;
-        p.mn[0][3] += c[3] * mn1;
+        imma_add_min(p, 0, c, static_cast<int>((s0 >> 4) & 15u), static_cast<int>((s1 >> 4) & 15u));
     }
 };
 
