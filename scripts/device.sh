@@ -312,7 +312,7 @@ PY
     case ",$phases," in *,imma-profile,*)
         # A one-token prompt runs the decode kernels: launch 0 of imma_kernel should be layer 0's
         # ssm_out (IQ2_S), launch 1 its gate/up pair (IQ2_XXS), imma_two_kernel's first the q/k/v +
-        # z pair (each result line names the kernel's instantiation). Not yet run (session 53).
+        # z pair (each result line names the kernel's instantiation). First run in session 54.
         local p=saluki-27b-iq2mix i=0 kp k skip
         echo "== ncu of the 27B's decode imma kernels (sections, stall sampling by SASS line)"
         [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
