@@ -3,7 +3,9 @@
 # PATCH NAME tests`): `add` (imma_sel_add.patch: the IQ2 selectors' OR as an add, on the FMA
 # pipe) and `hscale` (imma_half_scale.patch: the one-token IQ2_XS / IQ2_S halves take their
 # lane's scale from a word, four slabs at once: 415 -> 385 and 435 -> 391 instructions a
-# unit), against `wide` (d6e96ef's kernels = main's). Carry .carry; about 4 minutes.
+# unit; `addodd`: imma_add_odd.patch, sel_add plus IQ2_XXS one-token sums as sum c k and sum c
+# through the mma accumulator: gate/up ALU 309 -> 260 a unit), against `wide` (d6e96ef's
+# kernels = main's). VARIANTS="..." picks; carry .carry; about 4 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/df-out}; mkdir -p "$out"
