@@ -8,6 +8,7 @@
 #                                     diskformer (and test_cuda with "tests") to .carry/variants.tar.xz
 #                                     as NAME/; `run` unpacks it to /tmp/dfvar, for A/B runs with
 #                                     scripts/ab_decode.sh PRESET N "-" "BIN=/tmp/dfvar/NAME/diskformer"
+#                                     (DF_VARIANTS_DROP="A B" drops older variants from the file)
 #   scripts/device.sh run [PHASES]    there: unpack and run phases (default: all)
 #        phases: info tests sanitize golden eval bench-kernels profile bench-models step-profile prefill-profile
 #                kernel-profile trace (the decode timeline; pack with DF_PACK_TRACE=1)
@@ -85,13 +86,17 @@ variant() {
     tmp=$(mktemp -d)
     [ -f .carry/variants.tar.xz ] && tar xJf .carry/variants.tar.xz -C "$tmp"
     rm -rf "${tmp:?}/$name"
+    for d in ${DF_VARIANTS_DROP:-}; do rm -rf "${tmp:?}/$d"; done  # variants no longer needed
     mkdir -p "$tmp/$name"
     cp build-cuda/app/diskformer "$tmp/$name/"
     [ "$with_tests" = tests ] && cp build-cuda/tests/test_cuda "$tmp/$name/"
     strip "$tmp/$name"/*
     # One long-window stream: a variant's binary is nearly its siblings', so each one after the
     # first costs ~0.2 MB instead of ~12 (the carry's 64 MiB hold bins + several variants).
-    tar cf - -C "$tmp" . | xz -9e --lzma2=dict=256MiB -T1 >.carry/variants.tar.xz
+    # Written aside and moved in at the end: a device call made while this packs (minutes) still
+    # carries the previous, whole file.
+    tar cf - -C "$tmp" . | xz -9e --lzma2=dict=256MiB -T1 >"$tmp.xz"
+    mv "$tmp.xz" .carry/variants.tar.xz
     rm -rf "$tmp"
     tar tJf .carry/variants.tar.xz | grep -v '/$'
     du -h .carry/variants.tar.xz
