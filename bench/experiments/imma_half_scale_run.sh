@@ -5,7 +5,9 @@
 # lane's scale from a word, four slabs at once: 415 -> 385 and 435 -> 391 instructions a
 # unit; `addodd`: imma_add_odd.patch, sel_add plus IQ2_XXS one-token sums as sum c k and sum c
 # through the mma accumulator: gate/up ALU 309 -> 260 a unit), against `wide` (d6e96ef's
-# kernels = main's). VARIANTS="..." picks; carry .carry; about 4 minutes.
+# kernels = main's); `all`: imma_all55.patch, the three together. VARIANTS="..." picks the A/B's
+# variants, TESTS="..." those whose kernel tests run (default: the same); carry .carry; about 4
+# minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/df-out}; mkdir -p "$out"
@@ -13,7 +15,7 @@ scripts/device.sh run info
 export LD_LIBRARY_PATH=/tmp/dfbin/lib
 p=saluki-27b-iq2mix
 [ -f "/tmp/$p.gguf" ] || /tmp/dfbin/diskformer synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1 &
-for v in ${VARIANTS:-add hscale}; do
+for v in ${TESTS:-${VARIANTS:-add hscale}}; do
     echo "== $v: CUDA kernel tests"
     /tmp/dfvar/$v/test_cuda --gtest_brief=1 --gtest_filter='-CudaModel.*' 2>&1 | tee "$out/tests_$v.log" |
         grep -E "PASSED|FAILED|Failure" | head -n 20
