@@ -272,13 +272,16 @@ DF_DEV void imma_iq_sub(const uint8_t* r0, const uint8_t* r1, int m, const ImmaL
     }
 }
 
+// The one-token form of the IQ types with 16-column scales (imma_mma_half's): D::row_half
+// decodes a row's weights and only the lane's half's scale, so one scale multiplies each sum.
 template <class D>
 DF_DEV void imma_iq_sub_halves(const uint8_t* r0, const uint8_t* r1, int m, const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {
     uint32_t a[4];
-    int s[4];
-    D::row(l, r0, m, a[0], a[2], s[0], s[1]);
-    D::row(l, r1, m, a[1], a[3], s[2], s[3]);
-    imma_mma_half(a, b, l.q, s, p);
+    int s0, s1;
+    D::row_half(l, r0, m, a[0], a[2], s0);
+    D::row_half(l, r1, m, a[1], a[3], s1);
+    const uint2 bs[1] = {b};
+    imma_mma_int(a, bs, s0, s1, p);
 }
 
 #define DF_IMMA_IQ_SUB                                                                                   \
@@ -288,7 +291,7 @@ DF_DEV void imma_iq_sub_halves(const uint8_t* r0, const uint8_t* r1, int m, cons
         imma_iq_sub<Imma, NT>(r0, r1, m, l, b, p);                                                       \
     }
 
-// Decoders with 16-column scales also give sub_halves (imma_mma_half's one-token form).
+// The IQ decoders with 16-column scales give sub_halves through their row_half.
 #define DF_IMMA_IQ_SUB_HALVES                                                                            \
     static DF_DEV void sub_halves(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*,  \
                                   int m, const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {              \
@@ -318,6 +321,14 @@ struct Imma<Type::IQ2_XXS> : ImmaIqHead {
     DF_IMMA_IQ_SUB
 };
 
+// The one-token halves of IQ2_XS and IQ2_S: 2 sc + 1 for lane q's half (nibble q / 2) of scale
+// byte m % 4 of scw; the four slabs' values come from one word (no carries: each byte <= 31),
+// which ptxas computes once and reuses, then slab m's byte is picked.
+DF_DEV int imma_half_scale(uint32_t scw, int q, int m) {
+    const uint32_t s4 = ((scw >> ((q & 2) << 1)) & 0x0F0F0F0Fu) * 2u + 0x01010101u;
+    return static_cast<int>(prmt(s4, 0u, 0x4440u | static_cast<uint32_t>(m & 3)));
+}
+
 template <>
 struct Imma<Type::IQ2_XS> : ImmaIqHead {
     static constexpr bool kSupported = true, kScale16 = true;
@@ -335,6 +346,13 @@ struct Imma<Type::IQ2_XS> : ImmaIqHead {
         shi = 2 * static_cast<int>(sc >> 4) + 1;
     }
     DF_IMMA_IQ_SUB
+    // The one-token form: only the lane's half's scale, the scale bytes a word at a time (rows
+    // are 8-byte aligned in the window).
+    static DF_DEV void row_half(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
+        const uint32_t w = lds_u16(r + 8 * m + 2 * l.q), scw = lds_u32(r + 64 + 4 * (m >> 2));
+        iq2_bytes(l.pos, rep<kGridR>(l.grid, w & 511u) | rep<kSignR>(l.sign, w >> 9), lo, hi);
+        s = imma_half_scale(scw, l.q, m);
+    }
     DF_IMMA_IQ_SUB_HALVES
 };
 
@@ -361,20 +379,12 @@ struct Imma<Type::IQ2_S> : ImmaIqHead {
     // only the lane's half's scale.
     static DF_DEV void row_half(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
         const uint32_t qs = lds_u32(r + 4 * m), sg = lds_u32(r + 32 + 4 * m);
-        const uint32_t qh = lds_u32(r + 64 + 4 * (m >> 2)) >> (8 * (m & 3)), sc = lds_u32(r + 72 + 4 * (m >> 2)) >> (8 * (m & 3));
+        const uint32_t qh = lds_u32(r + 64 + 4 * (m >> 2)) >> (8 * (m & 3)), scw = lds_u32(r + 72 + 4 * (m >> 2));
         const uint32_t gi = prmt(qs, 0u, l.byte_sel) | ((qh << (8 - 2 * l.q)) & 0x300u);  // bits 2q, 2q+1 of qh[m]
         iq2_bytes(l.pos, rep<kGridR>(l.grid, gi) | rep<kSignR>(l.sign, prmt(sg, 0u, l.byte_sel)), lo, hi);
-        s = 2 * static_cast<int>((sc >> ((l.q & 2) << 1)) & 15u) + 1;  // nibble q / 2 of sc[m]
+        s = imma_half_scale(scw, l.q, m);
     }
-    static DF_DEV void sub_halves(const uint8_t* r0, const uint8_t* r1, const uint8_t*, const uint8_t*, int m,
-                                  const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {
-        uint32_t a[4];
-        int s0, s1;
-        row_half(l, r0, m, a[0], a[2], s0);
-        row_half(l, r1, m, a[1], a[3], s1);
-        const uint2 bs[1] = {b};
-        imma_mma_int(a, bs, s0, s1, p);
-    }
+    DF_IMMA_IQ_SUB_HALVES
 };
 
 template <>
