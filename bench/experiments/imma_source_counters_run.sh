@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Where the 27B's gate/up pair (IQ2_XXS, one token) waits, by SASS instruction: ncu's source page
 # (stall samples per instruction) as CSV, for NOTES' "as of session 55" lead (a). Binary: the
-# variant `wide` (main's kernels) in .carry/variants.tar.xz, or DF_BIN. Carry .carry; ~2 minutes.
+# variant `hscale` (main 4ff0539's kernels: the same SASS) in .carry/variants.tar.xz, or DF_BIN.
+# Carry .carry; ~2 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/df-out}; mkdir -p "$out"
 scripts/device.sh run info >/dev/null
 export LD_LIBRARY_PATH=/tmp/dfbin/lib
-D=${DF_BIN:-/tmp/dfvar/wide/diskformer}
+D=${DF_BIN:-/tmp/dfvar/hscale/diskformer}
 p=saluki-27b-iq2mix
 [ -f "/tmp/$p.gguf" ] || $D synth --preset "$p" --out "/tmp/$p.gguf" | tail -n 1
 # A one-token prompt runs the decode kernels: imma_kernel's launch 1 is layer 0's gate/up pair.
