@@ -196,7 +196,7 @@ constexpr bool decoder_has_mins() {
 
 template <class I>
 constexpr bool imma_has_tabs() { return requires(const ImmaTables* g) { I::grid_src(g); }; }
-// Whether a decoder with 16-column scales has the one-token form (imma_mma_half).
+// Whether a decoder with 16-column scales has the one-token halves form (imma_mma_half's layout).
 template <class I>
 constexpr bool imma_halves() {
     return requires(const uint8_t* r, const ImmaLane& l, uint2 b, ImmaPartial<1>& p) { I::sub_halves(r, r, r, r, 0, l, b, p); };
@@ -272,8 +272,8 @@ DF_DEV void imma_iq_sub(const uint8_t* r0, const uint8_t* r1, int m, const ImmaL
     }
 }
 
-// The one-token form of the IQ types with 16-column scales (imma_mma_half's): D::row_half
-// decodes a row's weights and only the lane's half's scale, so one scale multiplies each sum.
+// The one-token halves of the IQ types with 16-column scales (imma_mma_half's layout): D::row_half
+// decodes a row's weights and only the lane's half's scale, so imma_mma_int applies it.
 template <class D>
 DF_DEV void imma_iq_sub_halves(const uint8_t* r0, const uint8_t* r1, int m, const ImmaLane& l, uint2 b, ImmaPartial<1>& p) {
     uint32_t a[4];
@@ -374,7 +374,7 @@ struct Imma<Type::IQ2_S> : ImmaIqHead {
         shi = 2 * static_cast<int>(sc >> 4) + 1;
     }
     DF_IMMA_IQ_SUB
-    // The one-token form (imma_mma_half) reads a row's bytes a word at a time (ptxas merges a
+    // The one-token form (imma_iq_sub_halves) reads a row's bytes a word at a time (ptxas merges a
     // row's slabs into 16-byte loads: 5 instead of 32 byte loads a row and unit) and decodes
     // only the lane's half's scale.
     static DF_DEV void row_half(const ImmaLane& l, const uint8_t* r, int m, uint32_t& lo, uint32_t& hi, int& s) {
