@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # The device side of session 55's imma variants (built here with `scripts/device.sh variant
-# PATCH NAME tests`): `add` (imma_sel_add.patch: the IQ2 selectors' OR as an add, on the FMA
-# pipe) and `hscale` (imma_half_scale.patch: the one-token IQ2_XS / IQ2_S halves take their
-# lane's scale from a word, four slabs at once: 415 -> 385 and 435 -> 391 instructions a
-# unit; `addodd`: imma_add_odd.patch, sel_add plus IQ2_XXS one-token sums as sum c k and sum c
-# through the mma accumulator: gate/up ALU 309 -> 260 a unit), against `wide` (d6e96ef's
-# kernels = main's); `all`: imma_all55.patch, the three together. VARIANTS="..." picks the A/B's
-# variants, TESTS="..." those whose kernel tests run (default: the same); carry .carry; about 4
-# minutes.
+# PATCH NAME tests`; README.md in this folder lists the patches): `add` (imma_sel_add.patch),
+# `addodd2` (imma_add_odd2.patch), `hscale` (the one-token IQ2_XS / IQ2_S halves' scales by
+# word, landed as 4ff0539) and `all` (imma_all55.patch), against `wide` (d6e96ef's kernels, main's
+# before 4ff0539). VARIANTS="..." picks the A/B's variants, TESTS="..." those whose kernel tests
+# run (default: the same); carry .carry; about 4 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/df-out}; mkdir -p "$out"
